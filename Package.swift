@@ -1,0 +1,69 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let package = Package(
+    name: "appstore-notification-pipeline",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
+        .executable(name: "pipelinectl", targets: ["pipelinectl"]),
+        .executable(name: "verify-bench", targets: ["verify-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+    ],
+    targets: [
+        // MARK: - Core: pure, no I/O
+        .target(
+            name: "AppStoreNotifications",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // MARK: - Test material minted at run time
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "AppStoreNotifications",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // MARK: - Executables: compose only
+        .executableTarget(
+            name: "pipelinectl",
+            dependencies: [
+                "AppStoreNotifications",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "demo-notifications",
+            dependencies: ["AppStoreNotifications", "TestSupport"]
+        ),
+        .executableTarget(
+            name: "verify-bench",
+            dependencies: ["AppStoreNotifications", "TestSupport"]
+        ),
+        // MARK: - Tests
+        .testTarget(
+            name: "AppStoreNotificationsTests",
+            dependencies: ["AppStoreNotifications", "TestSupport"]
+        ),
+    ]
+)
+
+// One place turns on the language features every target builds with.
+for target in package.targets {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("ExistentialAny"))
+    settings.append(.swiftLanguageMode(.v6))
+    target.swiftSettings = settings
+}

@@ -1,0 +1,182 @@
+import AppStoreNotifications
+
+/// Mints realistic, fully signed App Store Server Notifications V2 (outer JWS with signed transaction and
+/// renewal info nested), for tests, benchmarks and the demo. Every id is derived from a seed so runs repeat.
+public struct NotificationMinter: Sendable {
+    public var chain: TestSigningChain
+    public var bundleId: String
+    public var appAppleId: Int64
+    public var environment: Environment
+
+    public init(chain: TestSigningChain, bundleId: String = "com.example.pipeline.app", appAppleId: Int64 = 1_234_567_890, environment: Environment = .production) {
+        self.chain = chain
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
+        self.environment = environment
+    }
+
+    /// The state of one subscription at the moment a notification is sent.
+    public struct SubscriptionEvent: Sendable {
+        public var notificationType: String
+        public var subtype: String?
+        public var notificationUUID: String
+        public var signedDate: Int64
+        public var originalTransactionId: String
+        public var transactionId: String
+        public var productId: String = "com.example.pipeline.pro.monthly"
+        public var autoRenewProductId: String?
+        public var purchaseDate: Int64
+        public var expiresDate: Int64
+        public var autoRenewStatus: Int32 = 1
+        public var isInBillingRetryPeriod = false
+        public var gracePeriodExpiresDate: Int64?
+        public var revocationDate: Int64?
+        public var revocationReason: Int32?
+        public var status: Int32 = 1
+        public var appAccountToken: String
+        public var productType: String = "Auto-Renewable Subscription"
+        public var price: Int64 = 9990
+        public var currency = "USD"
+        public var inAppOwnershipType = "PURCHASED"
+
+        public init(
+            notificationType: String, subtype: String? = nil, notificationUUID: String, signedDate: Int64,
+            originalTransactionId: String, transactionId: String, purchaseDate: Int64, expiresDate: Int64, appAccountToken: String
+        ) {
+            self.notificationType = notificationType
+            self.subtype = subtype
+            self.notificationUUID = notificationUUID
+            self.signedDate = signedDate
+            self.originalTransactionId = originalTransactionId
+            self.transactionId = transactionId
+            self.purchaseDate = purchaseDate
+            self.expiresDate = expiresDate
+            self.appAccountToken = appAccountToken
+        }
+
+        /// A renewal event derived from `seed`, one month long, signed at `signedDate`.
+        public static func sample(seed: Int, signedDate: Int64 = 1_780_000_000_000, type: String = "DID_RENEW", subtype: String? = nil) -> SubscriptionEvent {
+            let month: Int64 = 30 * 24 * 3600 * 1000
+            return SubscriptionEvent(
+                notificationType: type, subtype: subtype,
+                notificationUUID: deterministicUUID(seed),
+                signedDate: signedDate,
+                originalTransactionId: String(2_000_000_000_000_000 + seed / 4),
+                transactionId: String(2_000_000_100_000_000 + seed),
+                purchaseDate: signedDate - 5_000, expiresDate: signedDate - 5_000 + month,
+                appAccountToken: deterministicUUID(seed / 4 + 7_000_000))
+        }
+    }
+
+    /// The decoded signed transaction of `event`.
+    public func transaction(_ event: SubscriptionEvent) -> JSONObject {
+        var transaction = JSONObject([
+            "transactionId": .string(event.transactionId),
+            "originalTransactionId": .string(event.originalTransactionId),
+            "webOrderLineItemId": .string(String(event.transactionId.reversed())),
+            "bundleId": .string(bundleId),
+            "productId": .string(event.productId),
+            "subscriptionGroupIdentifier": .string("21000001"),
+            "purchaseDate": number(event.purchaseDate),
+            "originalPurchaseDate": number(event.purchaseDate - 90 * 24 * 3600 * 1000),
+            "expiresDate": number(event.expiresDate),
+            "quantity": number(1),
+            "type": .string(event.productType),
+            "appAccountToken": .string(event.appAccountToken),
+            "inAppOwnershipType": .string(event.inAppOwnershipType),
+            "signedDate": number(event.signedDate),
+            "environment": .string(environment.rawValue),
+            "transactionReason": .string(event.notificationType == "SUBSCRIBED" ? "PURCHASE" : "RENEWAL"),
+            "storefront": .string("USA"),
+            "storefrontId": .string("143441"),
+            "price": number(event.price),
+            "currency": .string(event.currency),
+            "appTransactionId": .string("7041" + event.originalTransactionId),
+        ])
+        if event.productType != "Auto-Renewable Subscription" {
+            transaction["expiresDate"] = nil
+            transaction["subscriptionGroupIdentifier"] = nil
+            transaction["webOrderLineItemId"] = nil
+        }
+        if let revocationDate = event.revocationDate {
+            transaction["revocationDate"] = number(revocationDate)
+            transaction["revocationReason"] = number(Int64(event.revocationReason ?? 0))
+            transaction["revocationType"] = .string("REFUND_FULL")
+            transaction["revocationPercentage"] = number(100_000)
+        }
+        return transaction
+    }
+
+    /// The decoded signed renewal info of `event`.
+    public func renewalInfo(_ event: SubscriptionEvent) -> JSONObject {
+        var renewal = JSONObject([
+            "originalTransactionId": .string(event.originalTransactionId),
+            "autoRenewProductId": .string(event.autoRenewProductId ?? event.productId),
+            "productId": .string(event.productId),
+            "autoRenewStatus": number(Int64(event.autoRenewStatus)),
+            "isInBillingRetryPeriod": .bool(event.isInBillingRetryPeriod),
+            "signedDate": number(event.signedDate),
+            "environment": .string(environment.rawValue),
+            "recentSubscriptionStartDate": number(event.purchaseDate - 90 * 24 * 3600 * 1000),
+            "renewalDate": number(event.expiresDate),
+            "renewalPrice": number(event.price),
+            "currency": .string(event.currency),
+            "appAccountToken": .string(event.appAccountToken),
+            "appTransactionId": .string("7041" + event.originalTransactionId),
+            "eligibleWinBackOfferIds": .array([]),
+        ])
+        if let grace = event.gracePeriodExpiresDate { renewal["gracePeriodExpiresDate"] = number(grace) }
+        if event.autoRenewStatus == 0 { renewal["expirationIntent"] = number(1) }
+        return renewal
+    }
+
+    /// The decoded outer notification of `event`, with its nested JWSs signed.
+    public func payload(_ event: SubscriptionEvent) -> JSONObject {
+        var data = JSONObject([
+            "appAppleId": number(appAppleId),
+            "bundleId": .string(bundleId),
+            "bundleVersion": .string("412"),
+            "environment": .string(environment.rawValue),
+            "signedTransactionInfo": .string(chain.sign(transaction(event))),
+        ])
+        if event.productType == "Auto-Renewable Subscription" {
+            data["signedRenewalInfo"] = .string(chain.sign(renewalInfo(event)))
+            data["status"] = number(Int64(event.status))
+        }
+        var payload = JSONObject([
+            "notificationType": .string(event.notificationType),
+            "notificationUUID": .string(event.notificationUUID),
+            "data": .object(data),
+            "version": .string("2.0"),
+            "signedDate": number(event.signedDate),
+        ])
+        if let subtype = event.subtype { payload["subtype"] = .string(subtype) }
+        return payload
+    }
+
+    /// A signed notification (the `signedPayload` Apple would POST) for `event`.
+    public func signedNotification(_ event: SubscriptionEvent) -> String {
+        chain.sign(payload(event))
+    }
+
+    /// The HTTP body Apple would POST for `signedPayload`.
+    public static func body(_ signedPayload: String) -> String {
+        JSONObject(["signedPayload": .string(signedPayload)]).serialized
+    }
+
+    private func number(_ value: Int64) -> JSONValue { .number(JSONNumber(value)) }
+}
+
+/// A version-4-shaped UUID string derived from `seed`, so that test runs repeat exactly.
+public func deterministicUUID(_ seed: Int) -> String {
+    var state = UInt64(truncatingIfNeeded: seed) &* 0x9E37_79B9_7F4A_7C15 &+ 0x1234_5678
+    func next() -> UInt64 {
+        state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+        return state
+    }
+    let a = next(), b = next()
+    let hex = Hex.encode((0..<8).map { UInt8(truncatingIfNeeded: a >> (8 * $0)) } + (0..<8).map { UInt8(truncatingIfNeeded: b >> (8 * $0)) })
+    let characters = Array(hex)
+    func part(_ range: Range<Int>) -> String { String(characters[range]) }
+    return "\(part(0..<8))-\(part(8..<12))-4\(part(13..<16))-a\(part(17..<20))-\(part(20..<32))"
+}

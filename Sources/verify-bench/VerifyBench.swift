@@ -1,0 +1,1 @@
+@main struct VerifyBench { static func main() {} }
