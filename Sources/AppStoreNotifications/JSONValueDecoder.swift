@@ -44,15 +44,16 @@ public struct JSONValueDecoder: Sendable {
     }
 
     /// Converts one JSON value to a primitive, or nil when `T` is not a primitive this decoder handles directly.
-    static func primitive<T>(_ type: T.Type, from value: JSONValue, codingPath: [any CodingKey]) throws -> T? {
+    /// `codingPath` is evaluated only to describe an error: building paths eagerly costs more than decoding.
+    static func primitive<T>(_ type: T.Type, from value: JSONValue, codingPath: () -> [any CodingKey]) throws -> T? {
         func mismatch(_ expected: String) -> DecodingError {
-            .typeMismatch(T.self, .init(codingPath: codingPath, debugDescription: "expected \(expected), found \(value.typeName)"))
+            .typeMismatch(T.self, .init(codingPath: codingPath(), debugDescription: "expected \(expected), found \(value.typeName)"))
         }
         func integer<I: FixedWidthInteger>(_: I.Type) throws -> I {
             guard case .number(let number) = value else { throw mismatch("an integer") }
             guard let exact = I(number.literal) else {
                 throw DecodingError.dataCorrupted(
-                    .init(codingPath: codingPath, debugDescription: "\(number.literal) is not an integer that fits \(I.self)"))
+                    .init(codingPath: codingPath(), debugDescription: "\(number.literal) is not an integer that fits \(I.self)"))
             }
             return exact
         }
@@ -64,6 +65,7 @@ public struct JSONValueDecoder: Sendable {
             guard case .bool(let bool) = value else { throw mismatch("a boolean") }
             return bool as? T
         case is Int64.Type: return try integer(Int64.self) as? T
+        case is Timestamp.Type: return Timestamp(millisecondsSince1970: try integer(Int64.self)) as? T
         case is Int32.Type: return try integer(Int32.self) as? T
         case is Int.Type: return try integer(Int.self) as? T
         case is UInt64.Type: return try integer(UInt64.self) as? T
@@ -77,9 +79,9 @@ public struct JSONValueDecoder: Sendable {
         }
     }
 
-    static func decodeValue<T: Decodable>(_ type: T.Type, from value: JSONValue, codingPath: [any CodingKey]) throws -> T {
+    static func decodeValue<T: Decodable>(_ type: T.Type, from value: JSONValue, codingPath: () -> [any CodingKey]) throws -> T {
         if let primitive = try primitive(type, from: value, codingPath: codingPath) { return primitive }
-        return try T(from: Implementation(value: value, codingPath: codingPath))
+        return try T(from: Implementation(value: value, codingPath: codingPath()))
     }
 
     struct KeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
@@ -99,12 +101,12 @@ public struct JSONValueDecoder: Sendable {
             guard let value = object[key.stringValue] else {
                 throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "missing \(key.stringValue)"))
             }
-            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: codingPath + [key])
+            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: { codingPath + [key] })
         }
 
         func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
             guard let value = object[key.stringValue], value != .null else { return nil }
-            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: codingPath + [key])
+            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: { codingPath + [key] })
         }
 
         func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
@@ -158,7 +160,7 @@ public struct JSONValueDecoder: Sendable {
 
         mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
             let (value, path) = try next()
-            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: path)
+            return try JSONValueDecoder.decodeValue(type, from: value, codingPath: { path })
         }
 
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
@@ -184,7 +186,7 @@ public struct JSONValueDecoder: Sendable {
         func decodeNil() -> Bool { value == .null }
 
         func decode<T: Decodable>(_ type: T.Type) throws -> T {
-            try JSONValueDecoder.decodeValue(type, from: value, codingPath: codingPath)
+            try JSONValueDecoder.decodeValue(type, from: value, codingPath: { codingPath })
         }
     }
 }

@@ -36,11 +36,11 @@ struct DemoNotifications {
             bodies.append(NotificationMinter.body(minter.signedNotification(event)))
         }
         for body in bodies { print(body) }
-        // Tampered copies: one payload character changed (signature no longer matches), and a foreign app.
+        // Tampered copies: one character of the signature changed, and a notification of another app.
         if let first = bodies.first {
             var bytes = Array(first.utf8)
-            let middle = bytes.count / 2
-            bytes[middle] = bytes[middle] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            let position = bytes.count - 12  // inside the signature segment, before the closing `"}`
+            bytes[position] = bytes[position] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
             print(String(decoding: bytes, as: UTF8.self))
         }
         let foreign = NotificationMinter(chain: chain, bundleId: "com.attacker.app")

@@ -1,1 +1,148 @@
-@main struct VerifyBench { static func main() {} }
+@_spi(Benchmarks) import AppStoreNotifications
+import Crypto
+import Foundation
+import TestSupport
+
+/// Verification throughput against the machine's own ECDSA P-256 ceiling, measured in the same run.
+///
+/// Prints notifications/s and JWS/s (each notification = outer + signedTransactionInfo + signedRenewalInfo,
+/// so 3 ES256 verifications) on one core and on all cores, warm and cold chain cache, and the ratio of the
+/// warm one-core rate to `openssl speed ecdsap256`'s verify rate divided by 3. A program, not a test: the
+/// figures depend on the machine and its load.
+@main
+struct VerifyBench {
+    static func main() async throws {
+        let arguments = CommandLine.arguments
+        let count = arguments.count > 1 ? Int(arguments[1]) ?? 3000 : 3000
+        let coldCount = max(50, count / 20)
+
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        let notifications = (0..<count).map { index in
+            minter.signedNotification(.sample(seed: index, signedDate: 1_780_000_000_000 + Int64(index)))
+        }
+        let averageBytes = notifications.reduce(0) { $0 + $1.utf8.count } / max(1, notifications.count)
+        let configuration = try SignedPayloadVerifier.Configuration(
+            apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER])
+
+        let ceiling = opensslVerifyRate()
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        print("verify-bench: \(count) notifications of \(averageBytes) bytes (3 JWS each), \(cores) cores")
+
+        // Warm cache, one core.
+        let verifier = try SignedPayloadVerifier(configuration: configuration)
+        _ = try await verifier.verifyNotification(notifications[0])
+        let oneCore = try await measure(count: count) {
+            for notification in notifications { _ = try await verifier.verifyNotification(notification) }
+        }
+        // Warm cache, all cores (one task per core, sharing one verifier and its cache).
+        let allCores = try await measure(count: count) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for core in 0..<cores {
+                    group.addTask {
+                        for index in stride(from: core, to: notifications.count, by: cores) {
+                            _ = try await verifier.verifyNotification(notifications[index])
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        // Cold cache: a fresh verifier per notification, so every chain is built and checked (2 × P-384).
+        let cold = try await measure(count: coldCount) {
+            for notification in notifications.prefix(coldCount) {
+                _ = try await SignedPayloadVerifier(configuration: configuration).verifyNotification(notification)
+            }
+        }
+
+        let breakdown = try await componentBreakdown(notifications[0])
+
+        func line(_ name: String, _ rate: Double) -> String {
+            String(format: "%-28@ %9.0f notifications/s %9.0f JWS/s", name as NSString, rate, rate * 3)
+        }
+        print(line("one core, warm cache", oneCore))
+        print(line("all cores, warm cache", allCores))
+        print(line("one core, cold cache", cold))
+        if let ceiling {
+            let perNotification = ceiling / 3
+            print(String(format: "openssl speed ecdsap256 verify: %.0f/s -> ceiling %.0f notifications/s per core", ceiling, perNotification))
+            print(String(format: "ratio (one core, warm) to ceiling: %.2f (target >= 0.85)", oneCore / perNotification))
+            print(String(format: "ratio (all cores, warm) to %d x ceiling: %.2f", cores, allCores / (perNotification * Double(cores))))
+        } else {
+            print("openssl not found: no ceiling measured")
+        }
+        print("where one warm notification's time goes (single core, microseconds):")
+        for (name, micros) in breakdown { print(String(format: "  %-44@ %8.1f", name as NSString, micros)) }
+    }
+
+    /// Costs of the pieces of one notification's verification, measured separately.
+    static func componentBreakdown(_ notification: String) async throws -> [(String, Double)] {
+        let repeats = 300
+        func micros(_ body: () throws -> Void) rethrows -> Double {
+            let clock = ContinuousClock()
+            let start = clock.now
+            for _ in 0..<repeats { try body() }
+            let elapsed = clock.now - start
+            return (Double(elapsed.components.seconds) * 1e6 + Double(elapsed.components.attoseconds) / 1e12) / Double(repeats)
+        }
+        // The three JWSs of the notification, split once outside the timed regions.
+        let outerPayload = Base64.decode(ArraySlice(notification.utf8.split(separator: UInt8(ascii: "."))[1]), alphabet: .url)!
+        let payload = try StrictJSONParser().parseObject(outerPayload)
+        let data = payload["data"]!.objectValue!
+        let jwss = [notification, data["signedTransactionInfo"]!.stringValue!, data["signedRenewalInfo"]!.stringValue!]
+        let segments = jwss.map { Array($0.utf8).split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false) }
+        let signedBytes = jwss.reduce(0) { $0 + $1.utf8.count }
+        let decoded = segments.map { $0.prefix(2).map { Base64.decode($0, alphabet: .url)! } }
+
+        let key = P256.Signing.PrivateKey()
+        let digest = SHA256.hash(data: [1, 2, 3])
+        let signature = try key.signature(for: digest)
+        let publicKey = key.publicKey
+        let verifier = try SignedPayloadVerifier(configuration: .init(apps: [AppIdentity(bundleId: nil, appAppleId: nil)]))
+        var result: [(String, Double)] = []
+        result.append(("3 x P-256 verify (swift-crypto)", 3 * micros { _ = publicKey.isValidSignature(signature, for: digest) }))
+        result.append(("SHA-256 of \(signedBytes) signed bytes", micros { for jws in jwss { var h = SHA256(); h.update(data: Array(jws.utf8)); _ = h.finalize() } }))
+        result.append(("base64url-decode all segments", micros {
+            for jws in segments { for segment in jws { _ = Base64.decode(segment, alphabet: .url) } }
+        }))
+        result.append(("strict JSON parse of headers and payloads", try micros {
+            for parts in decoded { for part in parts { _ = try StrictJSONParser().parse(part) } }
+        }))
+        result.append(("parse steps 1-3 (incl. SHA-256), 3 JWS", try micros {
+            for jws in jwss { _ = try verifier.parseWithoutCryptography(jws) }
+        }))
+        let transactionJSON = try StrictJSONParser().parse(decoded[1][1])
+        let renewalJSON = try StrictJSONParser().parse(decoded[2][1])
+        result.append(("typed decode of the 3 models", try micros {
+            _ = try JSONValueDecoder().decode(ResponseBodyV2DecodedPayload.self, from: .object(payload))
+            _ = try JSONValueDecoder().decode(JWSTransactionDecodedPayload.self, from: transactionJSON)
+            _ = try JSONValueDecoder().decode(JWSRenewalInfoDecodedPayload.self, from: renewalJSON)
+        }))
+        return result
+    }
+
+    static func measure(count: Int, _ body: @Sendable () async throws -> Void) async throws -> Double {
+        let clock = ContinuousClock()
+        let start = clock.now
+        try await body()
+        let elapsed = clock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return Double(count) / seconds
+    }
+
+    /// `openssl speed -seconds 3 ecdsap256`, verify/s column.
+    static func opensslVerifyRate() -> Double? {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["openssl", "speed", "-seconds", "3", "ecdsap256"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        // "256 bits ecdsa (nistp256)   0.0000s   0.0001s  24944.4   7760.0": the last column is verify/s.
+        guard let row = output.split(separator: "\n").last(where: { $0.contains("nistp256") }) else { return nil }
+        return row.split(separator: " ").last.flatMap { Double($0) }
+    }
+}

@@ -19,10 +19,26 @@ final class CertificateChainCache: Sendable {
         func covers(_ signedDate: Int64) -> Bool { validFrom <= signedDate && signedDate <= validUntil }
     }
 
+    private let entries: BoundedCache<[String], Entry>
+
+    init(capacity: Int) {
+        entries = BoundedCache(capacity: capacity)
+    }
+
+    func lookup(_ key: [String]) -> Entry? { entries.lookup(key) }
+
+    func insert(_ entry: Entry, for key: [String]) { entries.insert(entry, for: key) }
+
+    var count: Int { entries.count }
+}
+
+/// A thread-safe dictionary of at most `capacity` entries that forgets the oldest insertion when full.
+/// The lock covers only the dictionary operations.
+final class BoundedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     private struct State {
-        var entries: [[String]: Entry] = [:]
+        var entries: [Key: Value] = [:]
         /// Insertion order, for evicting the oldest entry when full.
-        var order: [[String]] = []
+        var order: [Key] = []
     }
 
     private let state = Mutex(State())
@@ -32,13 +48,13 @@ final class CertificateChainCache: Sendable {
         self.capacity = max(1, capacity)
     }
 
-    func lookup(_ key: [String]) -> Entry? {
+    func lookup(_ key: Key) -> Value? {
         state.withLock { $0.entries[key] }
     }
 
-    func insert(_ entry: Entry, for key: [String]) {
+    func insert(_ value: Value, for key: Key) {
         state.withLock { state in
-            if state.entries.updateValue(entry, forKey: key) == nil {
+            if state.entries.updateValue(value, forKey: key) == nil {
                 state.order.append(key)
                 if state.order.count > capacity {
                     let evicted = state.order.removeFirst()

@@ -1,0 +1,55 @@
+import AppStoreNotifications
+import Testing
+
+#if canImport(FoundationEssentials)
+import FoundationEssentials
+#endif
+import Foundation
+
+/// Test material that lives outside the repository: ../shared/vectors (other people's data stays there).
+enum Fixtures {
+    /// `$PIPELINE_SHARED_DIR` or `<repository>/../shared`.
+    static let sharedDirectory: URL = {
+        if let path = ProcessInfo.processInfo.environment["PIPELINE_SHARED_DIR"] { return URL(fileURLWithPath: path) }
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        return repository.deletingLastPathComponent().appendingPathComponent("shared")
+    }()
+
+    static var vectorsDirectory: URL { sharedDirectory.appendingPathComponent("vectors") }
+
+    /// True when the shared vectors are present. In CI their absence is a failure, never a skip.
+    static var vectorsAvailable: Bool {
+        let present = FileManager.default.fileExists(atPath: vectorsDirectory.appendingPathComponent("generated/manifest.json").path)
+        if !present && ProcessInfo.processInfo.environment["CI"] == "true" {
+            Issue.record("shared test vectors are missing at \(vectorsDirectory.path) (CI=true: failing instead of skipping)")
+        }
+        return present
+    }
+
+    static func bytes(_ url: URL) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: url))
+    }
+
+    static func json(_ url: URL) throws -> JSONObject {
+        try StrictJSONParser().parseObject(bytes(url))
+    }
+
+    static func files(in directory: URL) -> [URL] {
+        ((try? FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil)) ?? [])
+            .filter { $0.pathExtension == "json" && $0.lastPathComponent != "manifest.json" }
+            .sorted { $0.lastPathComponent < $1.lastPathComponent }
+    }
+}
+
+/// JSON equality that ignores member order (documents from other tools order keys their own way).
+func sameJSON(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
+    switch (lhs, rhs) {
+    case (.object(let a), .object(let b)):
+        guard a.count == b.count else { return false }
+        return a.members.allSatisfy { member in b[member.key].map { sameJSON(member.value, $0) } ?? false }
+    case (.array(let a), .array(let b)):
+        return a.count == b.count && zip(a, b).allSatisfy(sameJSON)
+    default:
+        return lhs == rhs
+    }
+}

@@ -1,0 +1,67 @@
+import AppStoreNotifications
+import Foundation
+import Testing
+
+/// Every vector of ../shared/vectors/generated, through the same entry point `pipelinectl verify` uses.
+@Suite("Generated vectors")
+struct GeneratedVectorTests {
+    struct Vector: CustomTestStringConvertible, Sendable {
+        var file: String
+        var object: JSONObject
+        var testDescription: String { file }
+    }
+
+    static let vectors: [Vector] = {
+        guard Fixtures.vectorsAvailable else { return [] }
+        let directory = Fixtures.vectorsDirectory.appendingPathComponent("generated/vectors")
+        return Fixtures.files(in: directory).compactMap { url in
+            (try? Fixtures.json(url)).map { Vector(file: url.lastPathComponent, object: $0) }
+        }
+    }()
+
+    static let testRoot: [UInt8] = (try? Fixtures.bytes(Fixtures.vectorsDirectory.appendingPathComponent("generated/test-root-ca.der"))) ?? []
+
+    @Test("the vector set is complete")
+    func vectorSetIsComplete() throws {
+        guard Fixtures.vectorsAvailable else { return }
+        let manifest = try Fixtures.json(Fixtures.vectorsDirectory.appendingPathComponent("generated/manifest.json"))
+        let total = manifest["counts"]?.objectValue?["total"]?.int64Value
+        #expect(total == Int64(Self.vectors.count))
+        #expect(Self.vectors.count >= 150)
+    }
+
+    @Test("accepts and rejects as labelled, decoding accepts exactly", arguments: vectors)
+    func vector(_ vector: Vector) async throws {
+        let object = vector.object
+        let config = try #require(object["verifier"]?.objectValue)
+        let environment = try #require(config["environment"]?.stringValue.flatMap(Environment.init(rawValue:)))
+        let verifier = try SignedPayloadVerifier(
+            configuration: .init(
+                apps: [AppIdentity(bundleId: config["bundleId"]?.stringValue, appAppleId: config["appAppleId"]?.int64Value, environments: [environment])],
+                trustedRoots: [Self.testRoot]))
+        let line: String
+        if let body = object["httpBody"]?.stringValue {
+            line = body
+        } else {
+            line = NotificationRequestBodyLine.make(try #require(object["signedPayload"]?.stringValue))
+        }
+        let report = await VerificationReport.verify(line: Array(line.utf8), with: verifier, kind: nil)
+        let expectAccept = object["expect"] == .string("accept")
+        #expect(report.isValid == expectAccept, "\(object["reason"]?.stringValue ?? ""): got \(report.json["error"]?.serialized ?? "valid") \(report.json["reason"]?.serialized ?? "")")
+        if expectAccept, report.isValid {
+            let decoded = try #require(object["decoded"]?.objectValue)
+            for field in ["payload", "transactionInfo", "renewalInfo", "appTransactionInfo"] {
+                let expected = try #require(decoded[field])
+                let actual = try #require(report.json[field])
+                #expect(sameJSON(actual, expected), "\(field) differs from the vector's decoded content")
+            }
+        }
+    }
+}
+
+/// Builds the HTTP body a vector's signedPayload would be POSTed in.
+enum NotificationRequestBodyLine {
+    static func make(_ signedPayload: String) -> String {
+        JSONObject(["signedPayload": .string(signedPayload)]).serialized
+    }
+}
