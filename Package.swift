@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
+        .library(name: "KafkaClient", targets: ["KafkaClient"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "verify-bench", targets: ["verify-bench"]),
     ],
@@ -15,6 +16,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -24,6 +27,21 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // MARK: - Kafka: the only importer of the C library
+        .systemLibrary(
+            name: "CRDKafka",
+            pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        .target(
+            name: "KafkaClient",
+            dependencies: [
+                "CRDKafka",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // MARK: - Test material minted at run time
@@ -49,6 +67,10 @@ let package = Package(
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
         .executableTarget(
+            name: "kafka-bench",
+            dependencies: ["KafkaClient", .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(
             name: "verify-bench",
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
@@ -57,11 +79,15 @@ let package = Package(
             name: "AppStoreNotificationsTests",
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
+        .testTarget(
+            name: "KafkaClientTests",
+            dependencies: ["KafkaClient", "TestSupport", .product(name: "Logging", package: "swift-log")]
+        ),
     ]
 )
 
 // One place turns on the language features every target builds with.
-for target in package.targets {
+for target in package.targets where target.type != .system {
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
     settings.append(.swiftLanguageMode(.v6))

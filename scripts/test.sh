@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command (README, .ci/run): installs what is missing, builds everything, fails on any
-# compiler warning in our own sources, runs the Swift test suites, then checks the built pipelinectl binary
-# against the shared vectors.
+# compiler warning in our own sources, starts the real services (scripts/services.sh; a KAFKA_BOOTSTRAP_SERVERS
+# or POSTGRES_URL already set is used instead), runs the Swift test suites, then checks the built pipelinectl
+# binary against the shared vectors. With CI=true a suite whose service is missing fails instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,9 @@ if grep -E "^$PWD/(Sources|Tests)/.*: warning:" "$log"; then
     echo "our sources must build warning-free"
     exit 1
 fi
+
+echo "== services (PostgreSQL, Kafka-protocol broker)"
+eval "$(scripts/services.sh up)"
 
 echo "== swift test"
 swift test --skip-build

@@ -1,0 +1,314 @@
+import CRDKafka
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// A member of a consumer group.
+///
+/// Offsets move only when the application says its work is durable: `storeOffset(_:)` marks a record done, and
+/// only stored offsets are committed (every `autoCommitIntervalMilliseconds`, on `commit()`, and synchronously
+/// before a rebalance takes partitions away, so the next owner starts exactly after the last durable record).
+///
+/// `messages` is pull-based: each `next()` asks librdkafka's own fetch queue for one record, on the consumer's
+/// blocking queue. Nothing is buffered on the Swift side, so pausing the loop pauses consumption.
+public final class KafkaConsumer: Service, Sendable {
+    public let configuration: KafkaConsumerConfiguration
+    let client: RDKafkaClient
+    /// The consumer's own queue (fetched records and callbacks), for batch polls. Destroyed on close.
+    private let consumerQueue: RDKafkaHandle
+    private let context: ConsumerContext
+    /// Partitions assigned to and revoked from this member, in order.
+    public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
+    private let closed = Atomic<Bool>(false)
+
+    /// Creates the member and subscribes it to `topics`.
+    public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws(KafkaError) {
+        let (stream, continuation) = AsyncStream<KafkaRebalanceEvent>.makeStream()
+        let context = ConsumerContext(logger: logger, metricsLabel: "consumer", events: continuation)
+        self.configuration = configuration
+        self.context = context
+        self.rebalanceEvents = stream
+        self.client = try RDKafkaClient(type: RD_KAFKA_CONSUMER, properties: configuration.properties, context: context) { configuration in
+            rd_kafka_conf_set_rebalance_cb(configuration) { handle, error, partitions, _ in
+                guard let handle, let partitions, let context = RDKafkaCallbackContext.from(handle) as? ConsumerContext else { return }
+                context.rebalance(handle: handle, error: error, partitions: partitions)
+            }
+        }
+        // Serve every callback (rebalance, logs, errors) from the consumer's poll.
+        rd_kafka_poll_set_consumer(client.handle.pointer)
+        consumerQueue = RDKafkaHandle(pointer: rd_kafka_queue_get_consumer(client.handle.pointer)!)
+        let list = rd_kafka_topic_partition_list_new(Int32(topics.count))!
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        for topic in topics { rd_kafka_topic_partition_list_add(list, topic, RD_KAFKA_PARTITION_UA) }
+        let error = rd_kafka_subscribe(client.handle.pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(error, message: "subscribe to \(topics) failed") }
+    }
+
+    /// The records of the subscribed topics, in order per partition.
+    public var messages: KafkaConsumerMessages { KafkaConsumerMessages(consumer: self) }
+
+    /// Polls once, waiting at most `timeoutMilliseconds`; nil when nothing arrived. Transient errors are logged
+    /// and swallowed (librdkafka recovers by itself); fatal ones are thrown.
+    public func poll(timeoutMilliseconds: Int32 = 100) async throws(KafkaError) -> KafkaConsumerMessage? {
+        guard !closed.load(ordering: .relaxed) else { return nil }
+        let result: Result<KafkaConsumerMessage?, KafkaError> = await client.blocking { handle in
+            guard let message = rd_kafka_consumer_poll(handle, timeoutMilliseconds) else { return .success(nil) }
+            defer { rd_kafka_message_destroy(message) }
+            if message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                let error = KafkaError(message.pointee.err)
+                return error.isFatal ? .failure(error) : .success(nil)
+            }
+            return .success(KafkaConsumer.copy(message))
+        }
+        let message = try result.get()
+        if message != nil { context.brokersReachable.store(true, ordering: .relaxed) }
+        return message
+    }
+
+    /// Polls up to `maximum` records at once, waiting at most `timeoutMilliseconds` for the first; empty when
+    /// nothing arrived. One hop to the blocking queue per batch instead of per record.
+    public func pollBatch(maximum: Int = 500, timeoutMilliseconds: Int32 = 100) async throws(KafkaError) -> [KafkaConsumerMessage] {
+        guard !closed.load(ordering: .relaxed), maximum > 0 else { return [] }
+        let queue = consumerQueue
+        let result: Result<[KafkaConsumerMessage], KafkaError> = await client.blocking { _ in
+            // rd_kafka_consume_batch_queue waits for a *full* batch until its timeout; so wait for the first record
+            // only, then take whatever else is already queued without waiting.
+            var pointers = [UnsafeMutablePointer<rd_kafka_message_t>?](repeating: nil, count: maximum)
+            var count = pointers.withUnsafeMutableBufferPointer { rd_kafka_consume_batch_queue(queue.pointer, 0, $0.baseAddress, maximum) }
+            if count == 0 {
+                count = pointers.withUnsafeMutableBufferPointer { rd_kafka_consume_batch_queue(queue.pointer, Int32(timeoutMilliseconds), $0.baseAddress, 1) }
+                if count == 1, maximum > 1 {
+                    let more = pointers.withUnsafeMutableBufferPointer {
+                        rd_kafka_consume_batch_queue(queue.pointer, 0, $0.baseAddress! + 1, maximum - 1)
+                    }
+                    if more > 0 { count += more }
+                }
+            }
+            guard count >= 0 else { return .failure(KafkaError(rd_kafka_last_error(), message: "batch poll failed")) }
+            var messages: [KafkaConsumerMessage] = []
+            messages.reserveCapacity(count)
+            var fatal: KafkaError?
+            var topicNames = TopicNameCache()
+            for pointer in pointers.prefix(count) {
+                guard let pointer else { continue }
+                defer { rd_kafka_message_destroy(pointer) }
+                if pointer.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    let error = KafkaError(pointer.pointee.err)
+                    if error.isFatal { fatal = error }
+                    continue
+                }
+                messages.append(KafkaConsumer.copy(pointer, topicNames: &topicNames))
+            }
+            if let fatal { return .failure(fatal) }
+            return .success(messages)
+        }
+        let messages = try result.get()
+        if !messages.isEmpty { context.brokersReachable.store(true, ordering: .relaxed) }
+        return messages
+    }
+
+    /// Marks `message` done: its offset + 1 is what the group will commit for its partition.
+    public func storeOffset(_ message: KafkaConsumerMessage) throws(KafkaError) {
+        try storeOffsets([message.topicPartition: message.offset + 1])
+    }
+
+    /// Marks the given next offsets to commit, per partition.
+    public func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) throws(KafkaError) {
+        let list = Array(offsets.keys).makeList(offsets: offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let error = rd_kafka_offsets_store(client.handle.pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            throw KafkaError(error, message: "storing offsets failed (partition no longer assigned?): \(String(cString: rd_kafka_err2str(error)))")
+        }
+        for entry in list.entries where entry.error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            throw KafkaError(entry.error, message: "storing the offset of \(entry.partition) failed: \(String(cString: rd_kafka_err2str(entry.error)))")
+        }
+    }
+
+    /// Commits every stored offset now and waits for the broker. Nothing stored is not an error.
+    public func commit() async throws(KafkaError) {
+        let error = await client.blocking { handle in rd_kafka_commit(handle, nil, 0) }
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR || error == RD_KAFKA_RESP_ERR__NO_OFFSET else {
+            throw KafkaError(error, message: "commit failed: \(String(cString: rd_kafka_err2str(error)))")
+        }
+    }
+
+    /// The partitions currently assigned to this member.
+    public func assignment() async throws(KafkaError) -> [KafkaTopicPartition] {
+        let result: Result<[KafkaTopicPartition], KafkaError> = await client.blocking { handle in
+            var list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+            let error = rd_kafka_assignment(handle, &list)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let list else { return .failure(KafkaError(error)) }
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            return .success(list.entries.map(\.partition).sorted())
+        }
+        return try result.get()
+    }
+
+    /// Stops fetching from `partitions` (the group keeps them assigned to this member).
+    public func pause(_ partitions: [KafkaTopicPartition]) throws(KafkaError) {
+        let list = partitions.makeList()
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let error = rd_kafka_pause_partitions(client.handle.pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(error) }
+    }
+
+    /// Fetches from `partitions` again.
+    public func resume(_ partitions: [KafkaTopicPartition]) throws(KafkaError) {
+        let list = partitions.makeList()
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let error = rd_kafka_resume_partitions(client.handle.pointer, list)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(error) }
+    }
+
+    /// Makes the next record fetched from `partition` the one at `offset` (e.g. to retry a batch in place).
+    public func seek(_ partition: KafkaTopicPartition, to offset: Int64, timeoutMilliseconds: Int32 = 5_000) async throws(KafkaError) {
+        let result: Result<Void, KafkaError> = await client.blocking { handle in
+            let list = [partition].makeList(offsets: [partition: offset])
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            if let error = rd_kafka_seek_partitions(handle, list, timeoutMilliseconds) { return .failure(KafkaError(consuming: error)) }
+            if let entry = list.entries.first, entry.error != RD_KAFKA_RESP_ERR_NO_ERROR { return .failure(KafkaError(entry.error)) }
+            return .success(())
+        }
+        try result.get()
+    }
+
+    public var isBrokerReachable: Bool { context.brokersReachable.load(ordering: .relaxed) }
+
+    /// Runs until graceful shutdown (or cancellation), then leaves the group cleanly.
+    public func run() async throws {
+        try? await gracefulShutdown()
+        await close()
+    }
+
+    /// Commits stored offsets, leaves the group (its partitions are revoked, committing once more) and destroys
+    /// the handle. Idempotent.
+    public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        do { try await commit() } catch { context.logger.warning("final commit failed: \(error)") }
+        let queue = consumerQueue
+        let error = await client.blocking { handle in
+            rd_kafka_queue_destroy(queue.pointer)
+            return rd_kafka_consumer_close(handle)
+        }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR { context.logger.warning("leaving the group failed: \(KafkaError(error))") }
+        context.events.finish()
+        await client.destroy()
+    }
+
+    /// The last topic handle's name: records of one batch nearly always share a topic.
+    struct TopicNameCache {
+        var handle: OpaquePointer?
+        var name = ""
+
+        mutating func name(of topic: OpaquePointer?) -> String {
+            guard let topic else { return "" }
+            if topic != handle {
+                handle = topic
+                name = String(cString: rd_kafka_topic_name(topic))
+            }
+            return name
+        }
+    }
+
+    static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaConsumerMessage {
+        var topicNames = TopicNameCache()
+        return copy(message, topicNames: &topicNames)
+    }
+
+    static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>, topicNames: inout TopicNameCache) -> KafkaConsumerMessage {
+        let m = message.pointee
+        let value = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
+        let key = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
+        var headers: [KafkaHeader] = []
+        var list: OpaquePointer?
+        if rd_kafka_message_headers(message, &list) == RD_KAFKA_RESP_ERR_NO_ERROR, let list {
+            var index = 0
+            var name: UnsafePointer<CChar>?
+            var bytes: UnsafeRawPointer?
+            var size = 0
+            while rd_kafka_header_get_all(list, index, &name, &bytes, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                headers.append(KafkaHeader(key: name.map { String(cString: $0) } ?? "", value: bytes.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) }))
+                index += 1
+            }
+        }
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+        return KafkaConsumerMessage(
+            topic: topicNames.name(of: m.rkt), partition: m.partition, offset: m.offset,
+            key: key, value: value, headers: headers, timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp)
+    }
+}
+
+/// The consumer's records as an AsyncSequence. Ends when the consumer closes or the task is cancelled.
+public struct KafkaConsumerMessages: AsyncSequence, Sendable {
+    public typealias Element = KafkaConsumerMessage
+    let consumer: KafkaConsumer
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let consumer: KafkaConsumer
+        /// At most one batch, taken from librdkafka's queue when the previous one is used up.
+        var batch: [KafkaConsumerMessage] = []
+        var position = 0
+
+        public mutating func next() async throws -> KafkaConsumerMessage? {
+            while position == batch.count {
+                guard !Task.isCancelled, !consumer.isClosed else { return nil }
+                batch = try await consumer.pollBatch(maximum: 256, timeoutMilliseconds: 100)
+                position = 0
+            }
+            defer { position += 1 }
+            return batch[position]
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer) }
+}
+
+extension KafkaConsumer {
+    var isClosed: Bool { closed.load(ordering: .relaxed) }
+}
+
+final class ConsumerContext: RDKafkaCallbackContext, @unchecked Sendable {
+    let events: AsyncStream<KafkaRebalanceEvent>.Continuation
+
+    init(logger: Logger, metricsLabel: String, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
+        self.events = events
+        super.init(logger: logger, metricsLabel: metricsLabel)
+    }
+
+    /// Runs inside `rd_kafka_consumer_poll` on the consumer's blocking queue. On revoke, stored offsets are
+    /// committed synchronously *before* the partitions are released, so the next owner resumes exactly after
+    /// the last durable record and no record is owned by two members after a commit.
+    func rebalance(handle: OpaquePointer, error: rd_kafka_resp_err_t, partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+        let affected = partitions.entries.map(\.partition).sorted()
+        switch error {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            if cooperative {
+                if let failure = rd_kafka_incremental_assign(handle, partitions) { logger.error("incremental assign failed: \(KafkaError(consuming: failure))") }
+            } else {
+                let result = rd_kafka_assign(handle, partitions)
+                if result != RD_KAFKA_RESP_ERR_NO_ERROR { logger.error("assign failed: \(KafkaError(result))") }
+            }
+            logger.info("partitions assigned: \(affected.map(\.description).joined(separator: ", "))")
+            events.yield(.assigned(affected))
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let commit = rd_kafka_commit(handle, nil, 0)
+            if commit != RD_KAFKA_RESP_ERR_NO_ERROR && commit != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                logger.warning("commit before revoke failed (records after the last commit will be redelivered): \(KafkaError(commit))")
+            }
+            if cooperative {
+                if let failure = rd_kafka_incremental_unassign(handle, partitions) { logger.error("incremental unassign failed: \(KafkaError(consuming: failure))") }
+            } else {
+                _ = rd_kafka_assign(handle, nil)
+            }
+            logger.info("partitions revoked: \(affected.map(\.description).joined(separator: ", "))")
+            events.yield(.revoked(affected))
+        default:
+            logger.error("rebalance error \(KafkaError(error)); releasing the assignment")
+            _ = rd_kafka_assign(handle, nil)
+            events.yield(.revoked(affected))
+        }
+    }
+}

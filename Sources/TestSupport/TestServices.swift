@@ -1,0 +1,154 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where the real services for tests are: started by `scripts/services.sh up`, found through the environment.
+///
+/// A suite that needs a service uses `TestServices.kafkaTrait`/`postgresTrait`: locally, without the service,
+/// the suite is skipped with a message saying how to start it; in CI (`CI=true`) it runs and fails instead.
+public enum TestServices {
+    static var environment: [String: String] { ProcessInfo.processInfo.environment }
+
+    public static var isCI: Bool { environment["CI"] == "true" }
+
+    /// `KAFKA_BOOTSTRAP_SERVERS`, when set.
+    public static var kafkaBootstrapServers: String? { environment["KAFKA_BOOTSTRAP_SERVERS"].flatMap { $0.isEmpty ? nil : $0 } }
+
+    /// `POSTGRES_URL`, when set.
+    public static var postgresURL: String? { environment["POSTGRES_URL"].flatMap { $0.isEmpty ? nil : $0 } }
+
+    /// Run Kafka suites when a broker is configured, and always in CI (where a missing broker fails).
+    public static var runKafkaSuites: Bool { kafkaBootstrapServers != nil || isCI }
+    public static var runPostgresSuites: Bool { postgresURL != nil || isCI }
+
+    public static let missingKafka = "KAFKA_BOOTSTRAP_SERVERS is not set: run `eval \"$(scripts/services.sh up)\"` first (scripts/test.sh does)"
+    public static let missingPostgres = "POSTGRES_URL is not set: run `eval \"$(scripts/services.sh up)\"` first (scripts/test.sh does)"
+
+    /// A name no other test or run uses, for topics, groups, schemas.
+    public static func uniqueName(_ prefix: String) -> String {
+        "\(prefix)-\(UInt32.random(in: 0...UInt32.max))-\(getpid())"
+    }
+
+    /// A TCP port on 127.0.0.1 that was free a moment ago.
+    public static func freePort() -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
+                guard bind(descriptor, pointer, length) == 0 else { return -1 }
+                return getsockname(descriptor, pointer, &length)
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// True once something accepts TCP connections on 127.0.0.1:`port`.
+    public static func isListening(port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+}
+
+/// A tansu broker of the test's own, which the test may kill and restart (fault tests).
+///
+/// Persistent brokers store into tansu's s3 engine on a loopback moto server of their own, so topics, records,
+/// group offsets and idempotent-producer state survive a kill, as they do on a real Kafka cluster; others keep
+/// everything in memory and lose it on restart.
+public final class PrivateKafkaBroker: @unchecked Sendable {
+    public let port: Int
+    public var bootstrapServers: String { "127.0.0.1:\(port)" }
+    private let binary: String
+    private let persistent: Bool
+    private var process: Process?
+    private var objectStore: Process?
+    private var objectStorePort = 0
+
+    /// Nil when the tansu (or, for a persistent broker, moto) binary is unknown: `PIPELINE_TANSU_BIN` and
+    /// `PIPELINE_MOTO_BIN` are set by `scripts/services.sh env`.
+    public init?(persistent: Bool = false) {
+        let environment = ProcessInfo.processInfo.environment
+        guard let binary = environment["PIPELINE_TANSU_BIN"], FileManager.default.isExecutableFile(atPath: binary) else { return nil }
+        if persistent {
+            guard let moto = environment["PIPELINE_MOTO_BIN"], FileManager.default.isExecutableFile(atPath: moto) else { return nil }
+        }
+        self.binary = binary
+        self.persistent = persistent
+        self.port = TestServices.freePort()
+    }
+
+    /// Starts the broker (and, the first time, its object store) and waits until it accepts connections.
+    public func start() throws {
+        var environment = ProcessInfo.processInfo.environment
+        var storage = "memory://tansu/"
+        if persistent {
+            if objectStore == nil { try startObjectStore() }
+            storage = "s3://tansu/"
+            environment["AWS_ENDPOINT"] = "http://127.0.0.1:\(objectStorePort)"
+            environment["AWS_ALLOW_HTTP"] = "true"
+            environment["AWS_ACCESS_KEY_ID"] = "test"
+            environment["AWS_SECRET_ACCESS_KEY"] = "test"
+            environment["AWS_DEFAULT_REGION"] = "us-east-1"
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = [
+            "broker", "--listener-url", "tcp://127.0.0.1:\(port)", "--advertised-listener-url", "tcp://127.0.0.1:\(port)",
+            "--storage-engine", storage,
+        ]
+        process.environment = environment
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        self.process = process
+        for _ in 0..<200 where !TestServices.isListening(port: port) { usleep(50_000) }
+    }
+
+    private func startObjectStore() throws {
+        guard let moto = ProcessInfo.processInfo.environment["PIPELINE_MOTO_BIN"] else { return }
+        objectStorePort = TestServices.freePort()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: moto)
+        process.arguments = ["-p", String(objectStorePort)]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        objectStore = process
+        for _ in 0..<200 where !TestServices.isListening(port: objectStorePort) { usleep(50_000) }
+        // The bucket tansu writes to.
+        let create = Process()
+        create.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        create.arguments = ["python3", "-c", "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:\(objectStorePort)/tansu', method='PUT')).read()"]
+        try create.run()
+        create.waitUntilExit()
+    }
+
+    /// Kills the broker at once (SIGKILL): no goodbye to its clients. Its object store keeps running.
+    public func kill() {
+        guard let process else { return }
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        self.process = nil
+    }
+
+    deinit {
+        kill()
+        if let objectStore {
+            Glibc.kill(objectStore.processIdentifier, SIGKILL)
+            objectStore.waitUntilExit()
+        }
+    }
+}
