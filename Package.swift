@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
         .library(name: "KafkaClient", targets: ["KafkaClient"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
+        .executable(name: "ingest", targets: ["ingest"]),
         .executable(name: "verify-bench", targets: ["verify-bench"]),
     ],
     dependencies: [
@@ -18,6 +19,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -44,6 +48,20 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // MARK: - Composition: configuration, the ingest application, (later) the worker
+        .target(
+            name: "NotificationPipeline",
+            dependencies: [
+                "AppStoreNotifications",
+                "KafkaClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // MARK: - Test material minted at run time
         .target(
             name: "TestSupport",
@@ -63,6 +81,10 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "ingest",
+            dependencies: ["NotificationPipeline"]
+        ),
+        .executableTarget(
             name: "demo-notifications",
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
@@ -78,6 +100,10 @@ let package = Package(
         .testTarget(
             name: "AppStoreNotificationsTests",
             dependencies: ["AppStoreNotifications", "TestSupport"]
+        ),
+        .testTarget(
+            name: "NotificationPipelineTests",
+            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications"]
         ),
         .testTarget(
             name: "KafkaClientTests",

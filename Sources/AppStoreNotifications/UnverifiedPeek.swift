@@ -1,0 +1,27 @@
+/// Reads fields of a signed payload *without verifying it*, for routing decisions only.
+///
+/// Ingest keys each Kafka record by the subscription it is about, so all events of one subscription land on one
+/// partition and are processed in order. That needs the key before the worker verifies anything; a forged key
+/// can only misplace a record that verification will reject anyway. Never use these values for trust.
+public enum UnverifiedPeek {
+    /// The routing key of a notification: the `originalTransactionId` of its nested `signedTransactionInfo`,
+    /// else its `notificationUUID`, else nil.
+    public static func partitionKey(ofNotification signedPayload: String) -> String? {
+        guard let payload = payload(of: signedPayload) else { return nil }
+        if let nested = payload["data"]?.objectValue?["signedTransactionInfo"]?.stringValue,
+            let transaction = self.payload(of: nested),
+            let originalTransactionId = transaction["originalTransactionId"]?.stringValue, !originalTransactionId.isEmpty
+        {
+            return originalTransactionId
+        }
+        if let uuid = payload["notificationUUID"]?.stringValue, !uuid.isEmpty { return uuid }
+        return nil
+    }
+
+    /// The decoded JSON payload of a compact JWS, or nil if it does not decode to a strict JSON object.
+    public static func payload(of jws: String) -> JSONObject? {
+        let segments = jws.utf8.split(separator: UInt8(ascii: "."), maxSplits: 3, omittingEmptySubsequences: false)
+        guard segments.count == 3, let bytes = Base64.decode(ArraySlice(segments[1]), alphabet: .url) else { return nil }
+        return try? StrictJSONParser(maximumDepth: 16).parseObject(bytes)
+    }
+}

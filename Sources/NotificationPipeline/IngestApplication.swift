@@ -1,0 +1,146 @@
+import AppStoreNotifications
+import Foundation
+import HTTPTypes
+import Hummingbird
+import KafkaClient
+import Logging
+import Prometheus
+
+/// Record headers ingest sets on every notification record.
+public enum NotificationRecordHeader {
+    /// Milliseconds since 1970 when ingest received the request (also the record timestamp).
+    public static let receivedAt = "received-at"
+    /// `INGEST_INSTANCE_ID` of the ingest that accepted it.
+    public static let ingestInstance = "ingest-instance"
+    /// A UUID per request, also in ingest's log line and the response's `X-Request-Id`.
+    public static let requestId = "request-id"
+    /// The environment of the path it was POSTed to, when that path has one. Informational only.
+    public static let environmentHint = "environment-hint"
+}
+
+/// Builds the ingest HTTP application: Apple's POST → shape check → Kafka (acks=all) → 200 only once the broker
+/// acknowledged. Runs `producer` as one of its services, so a graceful shutdown first drains the HTTP server
+/// (in-flight requests still get their true answer) and then flushes the producer.
+public func buildIngestApplication(
+    configuration: IngestConfiguration,
+    producer: KafkaProducer,
+    registry: PrometheusCollectorRegistry,
+    logger: Logger,
+    onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+) -> some ApplicationProtocol {
+    let router = Router()
+    let handler = NotificationIngestHandler(configuration: configuration, producer: producer, metrics: IngestMetrics(registry: registry), logger: logger)
+
+    var paths: [(String, String?)] = [(configuration.notificationPath, nil)]
+    for (path, environment) in configuration.environmentPaths.sorted(by: { $0.key < $1.key }) { paths.append((path, environment)) }
+    for (path, environment) in paths {
+        router.post(RouterPath(path)) { request, _ in try await handler.handle(request, environmentHint: environment) }
+        for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head] {
+            router.on(RouterPath(path), method: method) { _, _ in
+                handler.refuse(.methodNotAllowed, code: "methodNotAllowed", reason: "only POST is accepted here", extraHeaders: [.allow: "POST"])
+            }
+        }
+    }
+    router.get("/health/live") { _, _ in HTTPResponse.Status.ok }
+    router.get("/health/ready") { _, _ -> Response in
+        // Ready only while a broker answers: a load balancer then stops sending us what we could not store.
+        if await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) { return Response(status: .ok) }
+        return handler.refuse(.serviceUnavailable, code: "brokerUnavailable", reason: "no Kafka broker answered", count: false)
+    }
+    router.get("/metrics") { _, _ -> Response in
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+    }
+    return Application(
+        router: router,
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-ingest"),
+        services: [producer],
+        onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+        logger: logger)
+}
+
+/// The one request ingest cares about.
+struct NotificationIngestHandler: Sendable {
+    let configuration: IngestConfiguration
+    let producer: KafkaProducer
+    let metrics: IngestMetrics
+    let logger: Logger
+
+    func handle(_ request: Request, environmentHint: String?) async throws -> Response {
+        metrics.inFlight.increment()
+        defer { metrics.inFlight.decrement() }
+        let requestId = UUID().uuidString.lowercased()
+        var logger = logger
+        logger[metadataKey: "request_id"] = "\(requestId)"
+
+        if let contentType = request.headers[.contentType], !Self.isJSON(contentType) {
+            return refuse(.unsupportedMediaType, code: "unsupportedMediaType", reason: "Content-Type must be application/json", requestId: requestId, logger: logger)
+        }
+        // Read at most one byte past the limit: enough to know the body is too large without buffering it.
+        var body: [UInt8] = []
+        var tooLarge = false
+        for try await chunk in request.body {
+            body.append(contentsOf: chunk.readableBytesView)
+            if body.count > configuration.maximumBodyBytes {
+                tooLarge = true
+                break
+            }
+        }
+        metrics.requestBytes.increment(by: Int64(body.count))
+        let signedPayload: String
+        do throws(RequestBodyError) {
+            if tooLarge { throw RequestBodyError.bodyTooLarge(size: body.count, limit: configuration.maximumBodyBytes) }
+            signedPayload = try ResponseBodyV2.parse(body: body, maximumBytes: configuration.maximumBodyBytes).signedPayload
+            try ResponseBodyV2.checkCompactJWSShape(signedPayload)
+        } catch {
+            return refuse(.badRequest, code: error.code, reason: error.reason, requestId: requestId, logger: logger)
+        }
+
+        let receivedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        var headers = [
+            KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(receivedAt)),
+            KafkaHeader(key: NotificationRecordHeader.ingestInstance, string: configuration.instanceId),
+            KafkaHeader(key: NotificationRecordHeader.requestId, string: requestId),
+        ]
+        if let environmentHint { headers.append(KafkaHeader(key: NotificationRecordHeader.environmentHint, string: environmentHint)) }
+        let record = KafkaProducerMessage(
+            topic: configuration.topic, key: UnverifiedPeek.partitionKey(ofNotification: signedPayload).map { Array($0.utf8) },
+            value: Array(signedPayload.utf8), headers: headers, timestamp: receivedAt)
+
+        // Once produced, the record is awaited to the end even if the client went away: we never answer 200
+        // without the record, and a record whose answer was lost is retried by Apple and deduplicated downstream.
+        let started = ContinuousClock.now
+        do {
+            let report = try await producer.sendAndAwait(record)
+            metrics.produceLatency.record(ContinuousClock.now - started)
+            metrics.request(status: 200)
+            logger.debug("accepted", metadata: ["partition": "\(report.partition)", "offset": "\(report.offset)", "bytes": "\(body.count)"])
+            return Response(status: .ok, headers: [.init("X-Request-Id")!: requestId])
+        } catch {
+            logger.warning("not stored, answering 503 so Apple retries: \(error)")
+            return refuse(
+                .serviceUnavailable, code: "notStored", reason: "the notification could not be stored (\(error.name)); retry later",
+                requestId: requestId, logger: nil, extraHeaders: [.retryAfter: String(configuration.retryAfterSeconds)])
+        }
+    }
+
+    /// A JSON refusal `{"error": code, "reason": text}`.
+    func refuse(
+        _ status: HTTPResponse.Status, code: String, reason: String, requestId: String? = nil, logger: Logger? = nil,
+        extraHeaders: HTTPFields = [:], count: Bool = true
+    ) -> Response {
+        if count { metrics.request(status: status.code, error: code) }
+        logger?.debug("refused", metadata: ["status": "\(status.code)", "error": "\(code)"])
+        var headers = extraHeaders
+        headers[.contentType] = "application/json"
+        if let requestId { headers[HTTPField.Name("X-Request-Id")!] = requestId }
+        let body = JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+    }
+
+    static func isJSON(_ contentType: String) -> Bool {
+        let mediaType = contentType.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        return mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json"))
+    }
+}

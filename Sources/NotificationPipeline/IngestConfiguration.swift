@@ -1,0 +1,74 @@
+import Foundation
+import KafkaClient
+
+/// Everything the ingest service is configured with. Read from the environment by `fromEnvironment`.
+public struct IngestConfiguration: Sendable {
+    /// `INGEST_HOST`: address to listen on.
+    public var host = "0.0.0.0"
+    /// `INGEST_PORT`: port to listen on (0: any free port, for tests).
+    public var port = 8080
+    /// `INGEST_PATH`: the URL to give App Store Connect. Notifications of both environments are accepted here.
+    public var notificationPath = "/v2/notifications"
+    /// `INGEST_ENVIRONMENT_PATHS`: extra paths whose environment travels as the record header `environment-hint`,
+    /// as `path=Environment` pairs separated by commas. The hint is informational: the worker trusts only the
+    /// verified payload.
+    public var environmentPaths: [String: String] = ["/v2/notifications/production": "Production", "/v2/notifications/sandbox": "Sandbox"]
+    /// `INGEST_MAX_BODY_BYTES`: larger bodies are refused with 400 (Apple's notifications are about 19 KB).
+    public var maximumBodyBytes = 256 * 1024
+    /// `NOTIFICATIONS_TOPIC`: where accepted notifications are produced.
+    public var topic = "appstore.notifications.v2"
+    /// `INGEST_PRODUCE_TIMEOUT_MS`: the longest a request waits for the broker's acknowledgement before 503.
+    public var produceTimeoutMilliseconds = 10_000
+    /// `INGEST_RETRY_AFTER_SECONDS`: the `Retry-After` of a 503.
+    public var retryAfterSeconds = 60
+    /// `INGEST_INSTANCE_ID`: this instance's name in the `ingest-instance` header (default: host name).
+    public var instanceId = ProcessInfo.processInfo.hostName
+    /// Kafka connection settings (`KAFKA_*`).
+    public var kafka: KafkaClientConfigurationValues
+
+    public init(kafka: KafkaClientConfigurationValues) {
+        self.kafka = kafka
+    }
+
+    /// The environment variables ingest reads (for documentation and the deployment consistency check).
+    public static let environmentKeys = [
+        "INGEST_HOST", "INGEST_PORT", "INGEST_PATH", "INGEST_ENVIRONMENT_PATHS", "INGEST_MAX_BODY_BYTES", "NOTIFICATIONS_TOPIC",
+        "INGEST_PRODUCE_TIMEOUT_MS", "INGEST_RETRY_AFTER_SECONDS", "INGEST_INSTANCE_ID", "LOG_LEVEL",
+    ] + KafkaEnvironment.keys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
+        var configuration = IngestConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-ingest"))
+        configuration.host = environment.string("INGEST_HOST", default: configuration.host)
+        configuration.port = try environment.int("INGEST_PORT", default: configuration.port, range: 0...65535)
+        configuration.notificationPath = environment.string("INGEST_PATH", default: configuration.notificationPath)
+        if let pairs = environment.optionalString("INGEST_ENVIRONMENT_PATHS") {
+            var paths: [String: String] = [:]
+            for pair in pairs.split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2, parts[0].hasPrefix("/"), !parts[1].isEmpty else {
+                    throw ConfigurationError(variable: "INGEST_ENVIRONMENT_PATHS", reason: "\"\(pair)\" is not /path=Environment")
+                }
+                paths[parts[0]] = parts[1]
+            }
+            configuration.environmentPaths = paths
+        }
+        configuration.maximumBodyBytes = try environment.int("INGEST_MAX_BODY_BYTES", default: configuration.maximumBodyBytes, range: 1_024...16 * 1_024 * 1_024)
+        configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
+        configuration.produceTimeoutMilliseconds = try environment.int("INGEST_PRODUCE_TIMEOUT_MS", default: configuration.produceTimeoutMilliseconds, range: 100...300_000)
+        configuration.retryAfterSeconds = try environment.int("INGEST_RETRY_AFTER_SECONDS", default: configuration.retryAfterSeconds, range: 0...86_400)
+        configuration.instanceId = environment.string("INGEST_INSTANCE_ID", default: configuration.instanceId)
+        return configuration
+    }
+
+    /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
+    public var producerConfiguration: KafkaProducerConfiguration {
+        var client = KafkaClientConfiguration(
+            bootstrapServers: kafka.bootstrapServers, clientId: kafka.clientId,
+            statisticsIntervalMilliseconds: kafka.statisticsIntervalMilliseconds, additionalConfig: kafka.additionalConfig)
+        client.clientId = kafka.clientId
+        var producer = KafkaProducerConfiguration(client: client)
+        producer.deliveryTimeoutMilliseconds = produceTimeoutMilliseconds
+        producer.lingerMilliseconds = 2
+        return producer
+    }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A minimal blocking HTTP/1.1 client with keep-alive, for tests and benchmarks that POST to our own servers on
+/// loopback. It speaks only what our servers answer (Content-Length bodies).
+public final class HTTPTestConnection {
+    public struct Response: Sendable {
+        public var status: Int
+        public var headers: [String: String]
+        public var body: [UInt8]
+        public var bodyText: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+        public init(description: String) { self.description = description }
+    }
+
+    let port: Int
+    private var descriptor: Int32 = -1
+    private var buffer: [UInt8] = []
+
+    public init(port: Int) {
+        self.port = port
+    }
+
+    deinit { disconnect() }
+
+    public func disconnect() {
+        if descriptor >= 0 { close(descriptor) }
+        descriptor = -1
+        buffer = []
+    }
+
+    private func connect(timeoutSeconds: Int) throws {
+        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var one: Int32 = 1
+        setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            disconnect()
+            throw Failure(description: "connect to 127.0.0.1:\(port) failed: errno \(errno)")
+        }
+    }
+
+    /// Sends one request and reads its response. Reconnects once if a kept-alive connection was closed.
+    public func send(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = [], timeoutSeconds: Int = 30) throws -> Response {
+        for attempt in 0..<2 {
+            if descriptor < 0 { try connect(timeoutSeconds: timeoutSeconds) }
+            var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Length: \(body.count)\r\n"
+            for (name, value) in headers { head += "\(name): \(value)\r\n" }
+            head += "\r\n"
+            let request = Array(head.utf8) + body
+            if writeAll(request), let response = try readResponse() {
+                if response.headers["connection"]?.lowercased() == "close" { disconnect() }
+                return response
+            }
+            disconnect()
+            if attempt == 1 { break }
+        }
+        throw Failure(description: "no response from 127.0.0.1:\(port)")
+    }
+
+    private func writeAll(_ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written <= 0 { return false }
+            offset += written
+        }
+        return true
+    }
+
+    private func fill() -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 65_536)
+        let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+        if count <= 0 { return false }
+        buffer += chunk[..<count]
+        return true
+    }
+
+    private func readResponse() throws -> Response? {
+        let separator: [UInt8] = [13, 10, 13, 10]
+        var headerEnd: Int?
+        while headerEnd == nil {
+            if buffer.count >= 4 {
+                headerEnd = (0...(buffer.count - 4)).first { buffer[$0..<($0 + 4)].elementsEqual(separator) }
+            }
+            if headerEnd == nil, !fill() { return nil }
+        }
+        let head = String(decoding: buffer[..<headerEnd!], as: UTF8.self)
+        buffer.removeFirst(headerEnd! + 4)
+        var lines = head.components(separatedBy: "\r\n")
+        let statusLine = lines.removeFirst().split(separator: " ")
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure(description: "bad status line \(head)") }
+        var headers: [String: String] = [:]
+        for line in lines {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        let length = Int(headers["content-length"] ?? "0") ?? 0
+        while buffer.count < length { if !fill() { return nil } }
+        let body = Array(buffer[..<length])
+        buffer.removeFirst(length)
+        return Response(status: status, headers: headers, body: body)
+    }
+}
+
+/// Many requests at once from many threads, each with its own kept-alive connection.
+public enum HTTPLoad {
+    public struct Outcome: Sendable {
+        public var index: Int
+        public var status: Int?
+        /// Seconds from send to response.
+        public var latency: Double
+        public var error: String?
+    }
+
+    /// Sends `count` requests over `concurrency` connections; request `i` is `request(i)` (path, headers, body).
+    public static func run(
+        port: Int, count: Int, concurrency: Int, timeoutSeconds: Int = 30,
+        request: @escaping @Sendable (Int) -> (path: String, headers: [String: String], body: [UInt8])
+    ) -> [Outcome] {
+        let next = Atomic<Int>(0)
+        let results = Mutex<[Outcome]>([])
+        let group = DispatchGroup()
+        for _ in 0..<concurrency {
+            group.enter()
+            let thread = Thread {
+                let connection = HTTPTestConnection(port: port)
+                var local: [Outcome] = []
+                while true {
+                    let index = next.add(1, ordering: .relaxed).oldValue
+                    if index >= count { break }
+                    let (path, headers, body) = request(index)
+                    let start = DispatchTime.now().uptimeNanoseconds
+                    do {
+                        let response = try connection.send(path: path, headers: headers, body: body, timeoutSeconds: timeoutSeconds)
+                        local.append(Outcome(index: index, status: response.status, latency: Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9))
+                    } catch {
+                        connection.disconnect()
+                        local.append(Outcome(index: index, status: nil, latency: Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9, error: "\(error)"))
+                    }
+                }
+                results.withLock { $0 += local }
+                group.leave()
+            }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        group.wait()
+        return results.withLock { $0 }.sorted { $0.index < $1.index }
+    }
+}

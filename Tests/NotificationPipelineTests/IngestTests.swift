@@ -1,0 +1,233 @@
+import AppStoreNotifications
+import Foundation
+import KafkaClient
+import NotificationPipeline
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("Ingest against a real broker", .serialized, .enabled(if: TestServices.runKafkaSuites, Comment(rawValue: TestServices.missingKafka)))
+struct IngestTests {
+    func bootstrap() throws -> String {
+        try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+    }
+
+    /// Whether ingest's cheap shape check should pass, decided independently of the code under test.
+    static func looksLikeCompactJWS(_ text: String) -> Bool {
+        let segments = text.split(separator: ".", omittingEmptySubsequences: false)
+        return segments.count == 3 && segments.allSatisfy { !$0.isEmpty && $0.allSatisfy { $0.isLetter && $0.isASCII || $0.isNumber && $0.isASCII || $0 == "-" || $0 == "_" } }
+    }
+
+    @Test("every shared vector gets the right status; accepted bodies land byte-identical, keyed by subscription")
+    func vectors() async throws {
+        let bootstrap = try bootstrap()
+        let directory = sharedVectors.appendingPathComponent("generated/vectors")
+        let files = try FileManager.default.contentsOfDirectory(at: directory, includingPropertiesForKeys: nil).filter { $0.pathExtension == "json" }.sorted { $0.path < $1.path }
+        #expect(files.count >= 150, "shared vectors missing at \(directory.path)")
+        let ingest = try await RunningIngest.start(bootstrap: bootstrap)
+        let connection = HTTPTestConnection(port: ingest.port)
+        var accepted: [String: String?] = [:]  // signedPayload -> expected key (nil: not checked)
+        for file in files {
+            let vector = try StrictJSONParser().parseObject([UInt8](try Data(contentsOf: file)))
+            let body: [UInt8]
+            let expected: Int
+            var signedPayload: String?
+            if let httpBody = vector["httpBody"]?.stringValue {
+                body = Array(httpBody.utf8)
+                signedPayload = vector["signedPayload"]?.stringValue
+                expected = vector["expect"] == .string("accept") ? 200 : 400
+            } else {
+                let payload = try #require(vector["signedPayload"]?.stringValue)
+                body = notificationBody(payload)
+                signedPayload = payload
+                expected = body.count <= 256 * 1024 && Self.looksLikeCompactJWS(payload) ? 200 : 400
+            }
+            let response = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: body)
+            #expect(response.status == expected, "\(file.lastPathComponent): \(response.bodyText.prefix(200))")
+            if response.status == 400 {
+                let error = try StrictJSONParser().parseObject(response.body)
+                #expect(error["error"]?.stringValue != nil && error["reason"]?.stringValue != nil)
+            }
+            if response.status == 200, let signedPayload {
+                // The key the vector's own decoded content implies (accepts); forged ones are only checked as bytes.
+                let decoded = vector["decoded"]?.objectValue
+                let key = decoded.flatMap { $0["transactionInfo"]?.objectValue?["originalTransactionId"]?.stringValue ?? $0["payload"]?.objectValue?["notificationUUID"]?.stringValue }
+                accepted[signedPayload] = key
+            }
+        }
+        let records = try await readTopic(bootstrap, topic: ingest.topic, atLeast: accepted.count)
+        #expect(records.count == accepted.count, "exactly one record per 200")
+        for record in records {
+            let value = String(decoding: record.value, as: UTF8.self)
+            #expect(accepted.keys.contains(value), "a record no 200 answered for")
+            if let expectedKey = accepted[value] ?? nil {
+                #expect(record.key.map { String(decoding: $0, as: UTF8.self) } == expectedKey)
+            }
+            #expect(record.headers.string(NotificationRecordHeader.requestId) != nil)
+            #expect(record.headers.string(NotificationRecordHeader.ingestInstance) == "ingest-test")
+            #expect(record.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) } != nil)
+        }
+        try await ingest.stop()
+    }
+
+    @Test("a wrong method is 405, a wrong content type 415, an environment path adds its hint")
+    func methodsAndTypes() async throws {
+        let bootstrap = try bootstrap()
+        let ingest = try await RunningIngest.start(bootstrap: bootstrap)
+        let connection = HTTPTestConnection(port: ingest.port)
+        #expect(try connection.send(method: "GET", path: "/v2/notifications").status == 405)
+        #expect(try connection.send(path: "/v2/notifications", headers: ["Content-Type": "text/plain"], body: notificationBody("a.b.c")).status == 415)
+        #expect(try connection.send(method: "GET", path: "/health/live").status == 200)
+        #expect(try connection.send(method: "GET", path: "/health/ready").status == 200)
+        #expect(try connection.send(path: "/v2/notifications/sandbox", headers: jsonHeaders, body: notificationBody("eyJh.eyJi.c2ln")).status == 200)
+        let metrics = try connection.send(method: "GET", path: "/metrics").bodyText
+        #expect(metrics.contains("ingest_requests_total{status=\"405\"") && metrics.contains("ingest_produce_duration_seconds"))
+        let records = try await readTopic(bootstrap, topic: ingest.topic, atLeast: 1)
+        #expect(records.count == 1 && records.first?.headers.string(NotificationRecordHeader.environmentHint) == "Sandbox")
+        try await ingest.stop()
+    }
+
+    @Test("broker down: 503 with Retry-After within the produce timeout; back up: 200 again without a restart")
+    func brokerDown() async throws {
+        _ = try bootstrap()
+        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_MOTO_BIN not set (scripts/services.sh env)")
+        try broker.start()
+        let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeoutMilliseconds = 2_000 }
+        let connection = HTTPTestConnection(port: ingest.port)
+        var acknowledged: Set<String> = []
+        func post(_ index: Int) throws -> Int {
+            let payload = "eyJh.eyJ\(index).c2ln"
+            let status = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody(payload), timeoutSeconds: 30).status
+            if status == 200 { acknowledged.insert(payload) }
+            return status
+        }
+        #expect(try post(0) == 200)
+
+        broker.kill()
+        let start = ContinuousClock.now
+        let down = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody("eyJh.eyJkb3du.c2ln"), timeoutSeconds: 30)
+        #expect(down.status == 503)
+        #expect(down.headers["retry-after"] == "60")
+        #expect(ContinuousClock.now - start < .seconds(2 + 5), "answered within the 2 s produce timeout (plus slack)")
+        #expect(try connection.send(method: "GET", path: "/health/ready").status == 503)
+
+        try broker.start()
+        var recovered = false
+        for index in 1...15 where !recovered { recovered = try post(index) == 200 }
+        #expect(recovered, "ingest stores again once the broker is back, without a restart")
+        let records = try await readTopic(broker.bootstrapServers, topic: ingest.topic, atLeast: acknowledged.count)
+        #expect(acknowledged.isSubset(of: Set(records.map { String(decoding: $0.value, as: UTF8.self) })), "every 200 is in the topic")
+        try await ingest.stop()
+        broker.kill()
+    }
+
+    @Test("10 000 concurrent 18 KB notifications: exactly 10 000 records, none lost, none doubled")
+    func concurrentLoad() async throws {
+        let bootstrap = try bootstrap()
+        let count = 10_000
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+        let topic = TestServices.uniqueName("notifications")
+        _ = try await admin.createTopics([.init(name: topic, partitions: 6)])
+        await admin.close()
+        let ingest = try await RunningIngest.start(bootstrap: bootstrap, topic: topic)
+        let bodies = try Self.realisticBodies(count: count)
+        let outcomes = HTTPLoad.run(port: ingest.port, count: count, concurrency: 64) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
+        let okay = outcomes.filter { $0.status == 200 }
+        #expect(okay.count == count, "statuses: \(Dictionary(grouping: outcomes, by: { $0.status ?? -1 }).mapValues(\.count)), first error: \(outcomes.first { $0.error != nil }?.error ?? "none")")
+        let records = try await readTopic(bootstrap, topic: topic, atLeast: count, timeout: .seconds(120))
+        #expect(records.count == count)
+        let expected = Set(bodies.map { Array($0) })
+        let values = records.map { notificationBody(String(decoding: $0.value, as: UTF8.self)) }
+        #expect(Set(values) == expected, "the topic holds exactly the bodies sent")
+        try await ingest.stop()
+    }
+
+    @Test("SIGTERM under load: every request answered 200 is in the topic")
+    func sigtermUnderLoad() async throws {
+        let bootstrap = try bootstrap()
+        let binary = repositoryRoot.appendingPathComponent(".build/debug/ingest").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build the ingest executable first (scripts/test.sh does)")
+        let port = TestServices.freePort()
+        let topic = TestServices.uniqueName("notifications")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        var environment = ProcessInfo.processInfo.environment
+        environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+        environment["INGEST_HOST"] = "127.0.0.1"
+        environment["INGEST_PORT"] = String(port)
+        environment["NOTIFICATIONS_TOPIC"] = topic
+        environment["LOG_LEVEL"] = "error"
+        process.environment = environment
+        try process.run()
+        for _ in 0..<200 where !TestServices.isListening(port: port) { try await Task.sleep(for: .milliseconds(50)) }
+
+        let bodies = try Self.realisticBodies(count: 3_000)
+        let pid = process.processIdentifier
+        let terminator = Thread {
+            usleep(700_000)
+            kill(pid, SIGTERM)
+        }
+        terminator.start()
+        let outcomes = HTTPLoad.run(port: port, count: bodies.count, concurrency: 32, timeoutSeconds: 20) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "graceful exit")
+        let okay = outcomes.filter { $0.status == 200 }
+        #expect(okay.count > 0 && okay.count < bodies.count, "the signal arrived mid-load (\(okay.count) of \(bodies.count) answered 200)")
+        let records = try await readTopic(bootstrap, topic: topic, atLeast: okay.count, timeout: .seconds(60))
+        let stored = Set(records.map { notificationBody(String(decoding: $0.value, as: UTF8.self)) })
+        let missing = okay.filter { !stored.contains(bodies[$0.index]) }
+        #expect(missing.isEmpty, "\(missing.count) requests answered 200 are not in the topic")
+    }
+
+    /// Distinct, realistically sized (≈18 KB) notification bodies: one minted notification whose signature
+    /// segment is varied per body. Ingest does not verify, so shape and size are what matter here.
+    static func realisticBodies(count: Int) throws -> [[UInt8]] {
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        var event = NotificationMinter.SubscriptionEvent.sample(seed: 1)
+        event.appAccountToken = deterministicUUID(77)
+        var payload = minter.payload(event)
+        payload["padding"] = .string(String(repeating: "p", count: 2_500))  // ≈ 18 KB like Apple's
+        let signed = minter.chain.sign(payload)
+        let prefix = signed[..<signed.lastIndex(of: ".")!]
+        return (0..<count).map { index in
+            let signature = Base64.encode((0..<64).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ index ^ (index >> 8)) }, alphabet: .url)
+            return notificationBody(prefix + "." + signature)
+        }
+    }
+}
+
+@Suite("Ingest configuration")
+struct IngestConfigurationTests {
+    @Test("defaults, overrides and errors that name the variable")
+    func environment() throws {
+        let configuration = try IngestConfiguration.fromEnvironment(EnvironmentReader(["KAFKA_BOOTSTRAP_SERVERS": "a:9092,b:9092", "INGEST_PORT": "9000", "KAFKA_CONFIG_SASL_USERNAME": "ingest"]))
+        #expect(configuration.kafka.bootstrapServers == ["a:9092", "b:9092"])
+        #expect(configuration.port == 9000 && configuration.maximumBodyBytes == 262_144 && configuration.produceTimeoutMilliseconds == 10_000)
+        #expect(configuration.producerConfiguration.client.additionalConfig["sasl.username"] == "ingest")
+        #expect(configuration.producerConfiguration.acks == "all" && configuration.producerConfiguration.enableIdempotence)
+        for (environment, variable) in [([String: String](), "KAFKA_BOOTSTRAP_SERVERS"), (["KAFKA_BOOTSTRAP_SERVERS": "a:1", "INGEST_PORT": "http"], "INGEST_PORT")] {
+            do {
+                _ = try IngestConfiguration.fromEnvironment(EnvironmentReader(environment))
+                Issue.record("accepted \(environment)")
+            } catch {
+                #expect(error.variable == variable)
+            }
+        }
+    }
+
+    @Test("the routing key is the subscription's originalTransactionId, else the notificationUUID")
+    func routingKey() throws {
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        let event = NotificationMinter.SubscriptionEvent.sample(seed: 8)
+        #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(event)) == event.originalTransactionId)
+        var payload = minter.payload(event)
+        payload["data"] = nil
+        #expect(UnverifiedPeek.partitionKey(ofNotification: minter.chain.sign(payload)) == event.notificationUUID)
+        #expect(UnverifiedPeek.partitionKey(ofNotification: "not.a.jws") == nil)
+    }
+}
