@@ -89,6 +89,10 @@ let package = Package(
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
         .executableTarget(
+            name: "ingest-bench",
+            dependencies: ["AppStoreNotifications", "TestSupport"]
+        ),
+        .executableTarget(
             name: "kafka-bench",
             dependencies: ["KafkaClient", .product(name: "Logging", package: "swift-log")]
         ),

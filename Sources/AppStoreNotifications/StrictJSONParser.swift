@@ -216,7 +216,15 @@ extension StrictJSONParser {
         mutating func parseString() throws(JSONParseError) -> String {
             index += 1  // opening quote
             let start = index
-            // Fast path: no escapes. Scan to the closing quote, then validate the UTF-8 once.
+            // Fast path: no escapes. Skip 8 bytes at a time while none of them is a quote, a backslash or a
+            // control character (App Store payloads are mostly long strings: nested JWSs), then finish byte by
+            // byte to the closing quote, and validate the UTF-8 once.
+            if let base = bytes.baseAddress {
+                let raw = UnsafeRawPointer(base)
+                while index + 8 <= bytes.count, !Self.mayContainSpecialByte(raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
+                    index += 8
+                }
+            }
             while index < bytes.count {
                 let byte = bytes[index]
                 if byte == UInt8(ascii: "\"") {
@@ -282,6 +290,16 @@ extension StrictJSONParser {
                 }
             }
             throw fail("unterminated string", at: start - 1)
+        }
+
+        /// True if any byte of `word` is `"` (0x22), `\` (0x5C) or below 0x20 (exact, no false negatives).
+        @inline(__always)
+        static func mayContainSpecialByte(_ word: UInt64) -> Bool {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            func hasZeroByte(_ value: UInt64) -> UInt64 { (value &- ones) & ~value & highs }
+            let below0x20 = (word &- ones &* 0x20) & ~word & highs
+            return (below0x20 | hasZeroByte(word ^ (ones &* 0x22)) | hasZeroByte(word ^ (ones &* 0x5C))) != 0
         }
 
         mutating func parseHex4() throws(JSONParseError) -> UInt32 {

@@ -20,8 +20,14 @@ public enum UnverifiedPeek {
 
     /// The decoded JSON payload of a compact JWS, or nil if it does not decode to a strict JSON object.
     public static func payload(of jws: String) -> JSONObject? {
-        let segments = jws.utf8.split(separator: UInt8(ascii: "."), maxSplits: 3, omittingEmptySubsequences: false)
-        guard segments.count == 3, let bytes = Base64.decode(ArraySlice(segments[1]), alphabet: .url) else { return nil }
+        var jws = jws
+        let bytes: [UInt8]? = jws.withUTF8 { buffer in
+            guard let first = buffer.firstIndex(of: UInt8(ascii: ".")),
+                let second = buffer[(first + 1)...].firstIndex(of: UInt8(ascii: "."))
+            else { return nil }
+            return Base64.decode(UnsafeBufferPointer(rebasing: buffer[(first + 1)..<second]), alphabet: .url)
+        }
+        guard let bytes else { return nil }
         return try? StrictJSONParser(maximumDepth: 16).parseObject(bytes)
     }
 }

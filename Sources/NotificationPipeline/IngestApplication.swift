@@ -81,7 +81,7 @@ struct NotificationIngestHandler: Sendable {
         var body: [UInt8] = []
         var tooLarge = false
         for try await chunk in request.body {
-            body.append(contentsOf: chunk.readableBytesView)
+            chunk.withUnsafeReadableBytes { body.append(contentsOf: $0) }  // contiguous copy, not byte by byte
             if body.count > configuration.maximumBodyBytes {
                 tooLarge = true
                 break

@@ -129,11 +129,14 @@ public enum HTTPLoad {
     }
 
     /// Sends `count` requests over `concurrency` connections; request `i` is `request(i)` (path, headers, body).
+    /// `onAnswered(n)` is called from the sending threads after the n-th response.
     public static func run(
         port: Int, count: Int, concurrency: Int, timeoutSeconds: Int = 30,
+        onAnswered: @escaping @Sendable (Int) -> Void = { _ in },
         request: @escaping @Sendable (Int) -> (path: String, headers: [String: String], body: [UInt8])
     ) -> [Outcome] {
         let next = Atomic<Int>(0)
+        let answered = Atomic<Int>(0)
         let results = Mutex<[Outcome]>([])
         let group = DispatchGroup()
         for _ in 0..<concurrency {
@@ -149,6 +152,7 @@ public enum HTTPLoad {
                     do {
                         let response = try connection.send(path: path, headers: headers, body: body, timeoutSeconds: timeoutSeconds)
                         local.append(Outcome(index: index, status: response.status, latency: Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9))
+                        onAnswered(answered.add(1, ordering: .relaxed).newValue)
                     } catch {
                         connection.disconnect()
                         local.append(Outcome(index: index, status: nil, latency: Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9, error: "\(error)"))

@@ -45,6 +45,24 @@ struct StrictJSONParserTests {
         #expect(!isRejected(fine))
     }
 
+    @Test("the 8-bytes-at-a-time string scan finds quotes, escapes and control bytes at every position")
+    func wordScan() throws {
+        for length in 0..<40 {
+            for position in 0...length {
+                let prefix = String(repeating: "a", count: position)
+                let suffix = String(repeating: "b", count: length - position)
+                // An escaped quote and an escaped newline decode exactly.
+                let escaped = try parser.parse(Array("[\"\(prefix)\\\"\(suffix)\",\"\(prefix)\\n\(suffix)\"]".utf8))
+                #expect(escaped == .array([.string(prefix + "\"" + suffix), .string(prefix + "\n" + suffix)]))
+                // A raw control byte anywhere is refused; a string ends exactly at its quote.
+                #expect(isRejected("[\"\(prefix)\u{01}\(suffix)\"]"))
+                #expect(try parser.parse(Array("[\"\(prefix)\",\"\(suffix)\"]".utf8)) == .array([.string(prefix), .string(suffix)]))
+                // Non-ASCII text is not mistaken for a control byte.
+                #expect(try parser.parse(Array("\"\(prefix)é€😀\(suffix)\"".utf8)) == .string(prefix + "é€😀" + suffix))
+            }
+        }
+    }
+
     @Test("duplicate detection also works for large objects")
     func largeObjectDuplicates() {
         let members = (0..<40).map { "\"k\($0)\":\($0)" }

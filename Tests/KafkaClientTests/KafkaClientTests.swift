@@ -177,12 +177,18 @@ struct KafkaClientTests {
         await #expect(throws: KafkaAdminClient.GroupHasActiveMembers.self) {
             _ = try await admin.alterGroupOffsets(group, to: [KafkaTopicPartition(topic: topic, partition: 0): 0, KafkaTopicPartition(topic: topic, partition: 1): 0])
         }
+        await #expect(throws: KafkaAdminClient.GroupHasActiveMembers.self) {
+            _ = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest)
+        }
         await consumer.close()
 
         let idle = try await admin.describeGroup(group, topics: [topic])
         #expect(idle.members.isEmpty && idle.state == "Empty", "\(idle)")
-        let earliest = Dictionary(uniqueKeysWithValues: idle.positions.map { ($0.partition, Int64(0)) })
-        _ = try await admin.alterGroupOffsets(group, to: earliest)
+        // A dry run plans without moving anything.
+        let plan = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest, dryRun: true)
+        #expect(plan.reduce(0) { $0 + $1.toProcess } == 10 && plan.allSatisfy { $0.after == 0 && $0.before != nil })
+        #expect(try await admin.committedOffsets(group).values.reduce(0, +) == 10)
+        _ = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest)
         #expect(try await admin.committedOffsets(group).values.allSatisfy { $0 == 0 })
 
         let replay = try KafkaConsumer(configuration: testConsumerConfiguration(bootstrap: bootstrap, group: group), topics: [topic], logger: testLogger)
