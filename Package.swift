@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
         .library(name: "KafkaClient", targets: ["KafkaClient"]),
+        .library(name: "EntitlementStore", targets: ["EntitlementStore"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),
         .executable(name: "verify-bench", targets: ["verify-bench"]),
@@ -22,6 +23,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -46,6 +48,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
+        .target(
+            name: "EntitlementStore",
+            dependencies: [
+                "AppStoreNotifications",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // MARK: - Composition: configuration, the ingest application, (later) the worker
@@ -108,6 +119,10 @@ let package = Package(
         .testTarget(
             name: "NotificationPipelineTests",
             dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications"]
+        ),
+        .testTarget(
+            name: "EntitlementStoreTests",
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "KafkaClientTests",

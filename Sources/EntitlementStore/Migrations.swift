@@ -1,0 +1,109 @@
+/// The database schema, as numbered migrations. Applied in order, each once, recorded in `schema_migrations`,
+/// under a PostgreSQL advisory lock so that several workers starting at once do not race.
+///
+/// The schema is a contract with the app backends that read it (see README, "Database schema"): columns are
+/// added, never renamed or dropped without a new major version.
+public enum Migrations {
+    public struct Migration: Sendable {
+        public var version: Int
+        public var name: String
+        public var sql: [String]
+    }
+
+    /// Advisory lock key for migrations (any constant; "apns" in ASCII).
+    static let lockKey: Int64 = 0x6170_6E73
+
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "notifications, ledger, entitlements, transactions", sql: [
+            """
+            CREATE TABLE notification_ledger (
+                notification_uuid text PRIMARY KEY,
+                first_seen_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE notifications (
+                notification_uuid text PRIMARY KEY REFERENCES notification_ledger (notification_uuid),
+                notification_type text NOT NULL,
+                subtype text,
+                signed_date timestamptz NOT NULL,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                original_transaction_id text,
+                signed_payload text NOT NULL,
+                payload jsonb NOT NULL,
+                kafka_topic text,
+                kafka_partition integer,
+                kafka_offset bigint,
+                received_at timestamptz,
+                stored_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX notifications_by_subscription ON notifications (original_transaction_id, signed_date DESC)",
+            """
+            CREATE TABLE entitlements (
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                original_transaction_id text NOT NULL,
+                product_id text,
+                subscription_group_id text,
+                status text NOT NULL,
+                expires_at timestamptz,
+                grace_period_expires_at timestamptz,
+                auto_renew_status integer,
+                auto_renew_product_id text,
+                billing_issue_since timestamptz,
+                revocation_date timestamptz,
+                revocation_reason integer,
+                revocation_type text,
+                ownership_type text,
+                offer_type integer,
+                offer_identifier text,
+                offer_discount_type text,
+                app_account_token text,
+                price bigint,
+                currency text,
+                last_notification_type text NOT NULL,
+                last_notification_subtype text,
+                last_signed_date timestamptz NOT NULL,
+                apple_status integer,
+                state jsonb NOT NULL,
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (environment, bundle_id, original_transaction_id)
+            )
+            """,
+            "CREATE INDEX entitlements_by_app_account_token ON entitlements (app_account_token)",
+            """
+            CREATE VIEW entitlements_now AS
+            SELECT *, (status IN ('active', 'gracePeriod') AND CASE
+                WHEN status = 'gracePeriod' AND grace_period_expires_at IS NOT NULL THEN grace_period_expires_at > now()
+                WHEN expires_at IS NOT NULL THEN expires_at > now()
+                ELSE true END) AS is_active
+            FROM entitlements
+            """,
+            """
+            CREATE TABLE transactions (
+                transaction_id text PRIMARY KEY,
+                original_transaction_id text NOT NULL,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                product_id text,
+                type text,
+                purchase_date timestamptz,
+                expires_date timestamptz,
+                quantity integer,
+                revocation_date timestamptz,
+                revocation_reason integer,
+                revocation_type text,
+                price bigint,
+                currency text,
+                app_account_token text,
+                ownership_type text,
+                signed_date timestamptz NOT NULL,
+                payload jsonb NOT NULL
+            )
+            """,
+            "CREATE INDEX transactions_by_subscription ON transactions (original_transaction_id)",
+        ]),
+    ]
+}
