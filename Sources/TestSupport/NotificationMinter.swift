@@ -159,6 +159,24 @@ public struct NotificationMinter: Sendable {
         chain.sign(payload(event))
     }
 
+    /// `count` distinct, realistically sized (≈19 KB, like Apple's) notification bodies: one minted notification
+    /// whose signature segment is varied per body. For ingest tests and benchmarks: ingest does not verify, so
+    /// shape and size are what matter; the worker would reject all but none of them.
+    public static func realisticBodies(count: Int) throws -> [[UInt8]] {
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        var event = SubscriptionEvent.sample(seed: 1)
+        event.appAccountToken = deterministicUUID(77)
+        var payload = minter.payload(event)
+        payload["padding"] = .string(String(repeating: "p", count: 2_500))
+        let signed = minter.chain.sign(payload)
+        let prefix = signed[..<signed.lastIndex(of: ".")!]
+        return (0..<count).map { index in
+            let signature = Base64.encode((0..<64).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ index ^ (index >> 8)) }, alphabet: .url)
+            return Array(body(prefix + "." + signature).utf8)
+        }
+    }
+
     /// The HTTP body Apple would POST for `signedPayload`.
     public static func body(_ signedPayload: String) -> String {
         JSONObject(["signedPayload": .string(signedPayload)]).serialized

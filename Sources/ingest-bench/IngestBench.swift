@@ -36,7 +36,7 @@ struct IngestBench {
         try ingest.run()
         for _ in 0..<200 where !TestServices.isListening(port: port) { usleep(50_000) }
 
-        let bodies = try realisticBodies(count: count)
+        let bodies = try NotificationMinter.realisticBodies(count: count)
         let size = bodies[0].count
         print("ingest-bench: \(count) requests per level, bodies of \(size) bytes, broker \(bootstrap)")
         // Warm up: topic creation, connections.
@@ -128,19 +128,5 @@ struct IngestBench {
             let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
         else { return -1 }
         return kilobytes / 1024
-    }
-
-    /// Distinct ≈18 KB bodies: one minted notification with a varied signature segment (ingest does not verify).
-    static func realisticBodies(count: Int) throws -> [[UInt8]] {
-        let authority = try TestCertificateAuthority()
-        let minter = NotificationMinter(chain: try authority.issueChain())
-        var payload = minter.payload(.sample(seed: 1))
-        payload["padding"] = .string(String(repeating: "p", count: 2_500))
-        let signed = minter.chain.sign(payload)
-        let prefix = signed[..<signed.lastIndex(of: ".")!]
-        return (0..<count).map { index in
-            let signature = Base64.encode((0..<64).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ index ^ (index >> 8)) }, alphabet: .url)
-            return Array(JSONObject(["signedPayload": .string(prefix + "." + signature)]).serialized.utf8)
-        }
     }
 }

@@ -6,17 +6,9 @@ import Testing
 /// all must verify, including the three whose leaf certificates have expired since (validity at signedDate).
 @Suite("Real Apple payloads")
 struct AppleRealVectorTests {
-    struct Vector: CustomTestStringConvertible, Sendable {
-        var file: String
-        var object: JSONObject
-        var testDescription: String { file }
-    }
-
-    static let vectors: [Vector] = {
+    static let vectors: [VectorFile] = {
         guard Fixtures.vectorsAvailable else { return [] }
-        return Fixtures.files(in: Fixtures.vectorsDirectory.appendingPathComponent("apple-real")).compactMap { url in
-            (try? Fixtures.json(url)).map { Vector(file: url.lastPathComponent, object: $0) }
-        }
+        return VectorFile.all(in: Fixtures.vectorsDirectory.appendingPathComponent("apple-real"))
     }()
 
     @Test("there are 48, three of them signed by leaves that expired since")
@@ -26,7 +18,7 @@ struct AppleRealVectorTests {
     }
 
     @Test("verifies with Apple Root CA - G3 at signedDate", arguments: vectors)
-    func verifies(_ vector: Vector) async throws {
+    func verifies(_ vector: VectorFile) async throws {
         let object = vector.object
         let bundleId = object["bundleId"]?.stringValue
         let appAppleId = object["appAppleId"]?.stringValue.flatMap { Int64($0) } ?? object["appAppleId"]?.int64Value

@@ -41,6 +41,18 @@ enum Fixtures {
     }
 }
 
+/// One vector file, named after it in test output.
+struct VectorFile: CustomTestStringConvertible, Sendable {
+    var file: String
+    var object: JSONObject
+    var testDescription: String { file }
+
+    /// Every JSON vector file in `directory`, parsed.
+    static func all(in directory: URL) -> [VectorFile] {
+        Fixtures.files(in: directory).compactMap { url in (try? Fixtures.json(url)).map { VectorFile(file: url.lastPathComponent, object: $0) } }
+    }
+}
+
 /// JSON equality that ignores member order (documents from other tools order keys their own way).
 func sameJSON(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
     switch (lhs, rhs) {

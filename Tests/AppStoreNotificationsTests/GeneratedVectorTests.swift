@@ -5,18 +5,9 @@ import Testing
 /// Every vector of ../shared/vectors/generated, through the same entry point `pipelinectl verify` uses.
 @Suite("Generated vectors")
 struct GeneratedVectorTests {
-    struct Vector: CustomTestStringConvertible, Sendable {
-        var file: String
-        var object: JSONObject
-        var testDescription: String { file }
-    }
-
-    static let vectors: [Vector] = {
+    static let vectors: [VectorFile] = {
         guard Fixtures.vectorsAvailable else { return [] }
-        let directory = Fixtures.vectorsDirectory.appendingPathComponent("generated/vectors")
-        return Fixtures.files(in: directory).compactMap { url in
-            (try? Fixtures.json(url)).map { Vector(file: url.lastPathComponent, object: $0) }
-        }
+        return VectorFile.all(in: Fixtures.vectorsDirectory.appendingPathComponent("generated/vectors"))
     }()
 
     static let testRoot: [UInt8] = (try? Fixtures.bytes(Fixtures.vectorsDirectory.appendingPathComponent("generated/test-root-ca.der"))) ?? []
@@ -31,7 +22,7 @@ struct GeneratedVectorTests {
     }
 
     @Test("accepts and rejects as labelled, decoding accepts exactly", arguments: vectors)
-    func vector(_ vector: Vector) async throws {
+    func vector(_ vector: VectorFile) async throws {
         let object = vector.object
         let config = try #require(object["verifier"]?.objectValue)
         let environment = try #require(config["environment"]?.stringValue.flatMap(Environment.init(rawValue:)))

@@ -133,7 +133,7 @@ struct IngestTests {
         _ = try await admin.createTopics([.init(name: topic, partitions: 6)])
         await admin.close()
         let ingest = try await RunningIngest.start(bootstrap: bootstrap, topic: topic)
-        let bodies = try Self.realisticBodies(count: count)
+        let bodies = try NotificationMinter.realisticBodies(count: count)
         let outcomes = HTTPLoad.run(port: ingest.port, count: count, concurrency: 64) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
         let okay = outcomes.filter { $0.status == 200 }
         #expect(okay.count == count, "statuses: \(Dictionary(grouping: outcomes, by: { $0.status ?? -1 }).mapValues(\.count)), first error: \(outcomes.first { $0.error != nil }?.error ?? "none")")
@@ -164,7 +164,7 @@ struct IngestTests {
         try process.run()
         for _ in 0..<200 where !TestServices.isListening(port: port) { try await Task.sleep(for: .milliseconds(50)) }
 
-        let bodies = try Self.realisticBodies(count: 3_000)
+        let bodies = try NotificationMinter.realisticBodies(count: 3_000)
         let pid = process.processIdentifier
         // SIGTERM once a quarter of the requests were answered: mid-load on any machine, fast or slow.
         let outcomes = HTTPLoad.run(
@@ -179,23 +179,6 @@ struct IngestTests {
         let stored = Set(records.map { notificationBody(String(decoding: $0.value, as: UTF8.self)) })
         let missing = okay.filter { !stored.contains(bodies[$0.index]) }
         #expect(missing.isEmpty, "\(missing.count) requests answered 200 are not in the topic")
-    }
-
-    /// Distinct, realistically sized (≈18 KB) notification bodies: one minted notification whose signature
-    /// segment is varied per body. Ingest does not verify, so shape and size are what matter here.
-    static func realisticBodies(count: Int) throws -> [[UInt8]] {
-        let authority = try TestCertificateAuthority()
-        let minter = NotificationMinter(chain: try authority.issueChain())
-        var event = NotificationMinter.SubscriptionEvent.sample(seed: 1)
-        event.appAccountToken = deterministicUUID(77)
-        var payload = minter.payload(event)
-        payload["padding"] = .string(String(repeating: "p", count: 2_500))  // ≈ 18 KB like Apple's
-        let signed = minter.chain.sign(payload)
-        let prefix = signed[..<signed.lastIndex(of: ".")!]
-        return (0..<count).map { index in
-            let signature = Base64.encode((0..<64).map { UInt8(truncatingIfNeeded: ($0 &* 31) ^ index ^ (index >> 8)) }, alphabet: .url)
-            return notificationBody(prefix + "." + signature)
-        }
     }
 }
 
