@@ -63,6 +63,25 @@ public enum TestServices {
     }
 }
 
+/// Runs our own executables as child processes, for tests and benchmarks that need a real process (signals, RSS).
+public enum ChildProcess {
+    /// Starts the `ingest` binary at `binary` on 127.0.0.1:`port`, producing to `topic`, and waits until it listens.
+    public static func startIngest(binary: String, bootstrap: String, port: Int, topic: String) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        var environment = ProcessInfo.processInfo.environment
+        environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+        environment["INGEST_HOST"] = "127.0.0.1"
+        environment["INGEST_PORT"] = String(port)
+        environment["NOTIFICATIONS_TOPIC"] = topic
+        environment["LOG_LEVEL"] = "error"
+        process.environment = environment
+        try process.run()
+        for _ in 0..<200 where !TestServices.isListening(port: port) { usleep(50_000) }
+        return process
+    }
+}
+
 /// A tansu broker of the test's own, which the test may kill and restart (fault tests).
 ///
 /// Persistent brokers store into tansu's s3 engine on a loopback moto server of their own, so topics, records,

@@ -24,17 +24,7 @@ struct IngestBench {
         let port = TestServices.freePort()
         let topic = "bench-ingest-\(UUID().uuidString.prefix(8))"
 
-        let ingest = Process()
-        ingest.executableURL = URL(fileURLWithPath: binary)
-        var environment = ProcessInfo.processInfo.environment
-        environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-        environment["INGEST_HOST"] = "127.0.0.1"
-        environment["INGEST_PORT"] = String(port)
-        environment["NOTIFICATIONS_TOPIC"] = topic
-        environment["LOG_LEVEL"] = "error"
-        ingest.environment = environment
-        try ingest.run()
-        for _ in 0..<200 where !TestServices.isListening(port: port) { usleep(50_000) }
+        let ingest = try ChildProcess.startIngest(binary: binary, bootstrap: bootstrap, port: port, topic: topic)
 
         let bodies = try NotificationMinter.realisticBodies(count: count)
         let size = bodies[0].count

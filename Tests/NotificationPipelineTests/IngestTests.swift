@@ -152,17 +152,7 @@ struct IngestTests {
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the ingest executable first (scripts/test.sh does)")
         let port = TestServices.freePort()
         let topic = TestServices.uniqueName("notifications")
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        var environment = ProcessInfo.processInfo.environment
-        environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
-        environment["INGEST_HOST"] = "127.0.0.1"
-        environment["INGEST_PORT"] = String(port)
-        environment["NOTIFICATIONS_TOPIC"] = topic
-        environment["LOG_LEVEL"] = "error"
-        process.environment = environment
-        try process.run()
-        for _ in 0..<200 where !TestServices.isListening(port: port) { try await Task.sleep(for: .milliseconds(50)) }
+        let process = try ChildProcess.startIngest(binary: binary, bootstrap: bootstrap, port: port, topic: topic)
 
         let bodies = try NotificationMinter.realisticBodies(count: 3_000)
         let pid = process.processIdentifier
