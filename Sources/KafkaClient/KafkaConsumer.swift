@@ -20,6 +20,9 @@ public final class KafkaConsumer: Service, Sendable {
     /// Partitions assigned to and revoked from this member, in order.
     public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
     private let closed = Atomic<Bool>(false)
+    /// Set on the blocking queue right before the group is left: commits queued after that are refused.
+    private let closedForCommit = Atomic<Bool>(false)
+    private var isClosedForCommit: Bool { closedForCommit.load(ordering: .relaxed) }
 
     /// Creates the member and subscribes it to `topics`.
     public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws(KafkaError) {
@@ -51,7 +54,8 @@ public final class KafkaConsumer: Service, Sendable {
     /// and swallowed (librdkafka recovers by itself); fatal ones are thrown.
     public func poll(timeoutMilliseconds: Int32 = 100) async throws(KafkaError) -> KafkaConsumerMessage? {
         guard !closed.load(ordering: .relaxed) else { return nil }
-        let result: Result<KafkaConsumerMessage?, KafkaError> = await client.blocking { handle in
+        let result: Result<KafkaConsumerMessage?, KafkaError> = await client.blocking { [self] handle in
+            guard !closed.load(ordering: .relaxed) else { return .success(nil) }
             guard let message = rd_kafka_consumer_poll(handle, timeoutMilliseconds) else { return .success(nil) }
             defer { rd_kafka_message_destroy(message) }
             if message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -70,7 +74,9 @@ public final class KafkaConsumer: Service, Sendable {
     public func pollBatch(maximum: Int = 500, timeoutMilliseconds: Int32 = 100) async throws(KafkaError) -> [KafkaConsumerMessage] {
         guard !closed.load(ordering: .relaxed), maximum > 0 else { return [] }
         let queue = consumerQueue
-        let result: Result<[KafkaConsumerMessage], KafkaError> = await client.blocking { _ in
+        let result: Result<[KafkaConsumerMessage], KafkaError> = await client.blocking { [self] _ in
+            // Checked again on the serial queue: a poll that passed the check above may run after close().
+            guard !closed.load(ordering: .relaxed) else { return .success([]) }
             // rd_kafka_consume_batch_queue waits for a *full* batch until its timeout; so wait for the first record
             // only, then take whatever else is already queued without waiting.
             var pointers = [UnsafeMutablePointer<rd_kafka_message_t>?](repeating: nil, count: maximum)
@@ -114,6 +120,7 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Marks the given next offsets to commit, per partition.
     public func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) throws(KafkaError) {
+        guard !closed.load(ordering: .acquiring) else { throw Self.closedError }
         let list = Array(offsets.keys).makeList(offsets: offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let error = rd_kafka_offsets_store(client.handle.pointer, list)
@@ -127,7 +134,10 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Commits every stored offset now and waits for the broker. Nothing stored is not an error.
     public func commit() async throws(KafkaError) {
-        let error = await client.blocking { handle in rd_kafka_commit(handle, nil, 0) }
+        let error = await client.blocking { [self] handle in
+            // On the serial queue, so never after the handle was destroyed; close() itself commits first.
+            isClosedForCommit ? RD_KAFKA_RESP_ERR__DESTROY : rd_kafka_commit(handle, nil, 0)
+        }
         guard error == RD_KAFKA_RESP_ERR_NO_ERROR || error == RD_KAFKA_RESP_ERR__NO_OFFSET else {
             throw KafkaError(error, message: "commit failed: \(String(cString: rd_kafka_err2str(error)))")
         }
@@ -175,6 +185,8 @@ public final class KafkaConsumer: Service, Sendable {
 
     public var isBrokerReachable: Bool { context.brokersReachable.load(ordering: .relaxed) }
 
+    static let closedError = KafkaError(RD_KAFKA_RESP_ERR__DESTROY, message: "the consumer is closed (it left its group)")
+
     /// Runs until graceful shutdown (or cancellation), then leaves the group cleanly.
     public func run() async throws {
         try? await gracefulShutdown()
@@ -187,7 +199,8 @@ public final class KafkaConsumer: Service, Sendable {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         do { try await commit() } catch { context.logger.warning("final commit failed: \(error)") }
         let queue = consumerQueue
-        let error = await client.blocking { handle in
+        let error = await client.blocking { [self] handle in
+            closedForCommit.store(true, ordering: .relaxed)
             rd_kafka_queue_destroy(queue.pointer)
             return rd_kafka_consumer_close(handle)
         }

@@ -19,6 +19,8 @@ public final class KafkaProducer: Service, Sendable {
     private let generations: Mutex<(current: Generation, retired: [Generation])>
     /// Reports of records sent with `send(_:)` (not `sendAndAwait`), in completion order.
     public let deliveryReports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>
+    /// Set when `close()` begins: later sends fail instead of touching a destroyed handle.
+    private let closed = Atomic<Bool>(false)
 
     /// One librdkafka producer instance and the thread that serves its delivery reports.
     final class Generation: Sendable {
@@ -106,6 +108,7 @@ public final class KafkaProducer: Service, Sendable {
     /// Flushes in-flight records (bounded by `flushTimeoutMilliseconds`), stops the poll threads, destroys the
     /// handles. Records not acknowledged by then fail their waiters. Idempotent.
     public func close() async {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         do {
             try await flush(timeoutMilliseconds: Int32(configuration.flushTimeoutMilliseconds))
         } catch {
@@ -140,6 +143,9 @@ public final class KafkaProducer: Service, Sendable {
     }
 
     private func produce(_ message: KafkaProducerMessage, opaque: UnsafeMutableRawPointer?) -> KafkaError? {
+        guard !closed.load(ordering: .acquiring) else {
+            return KafkaError(RD_KAFKA_RESP_ERR__DESTROY, message: "the producer is closed (the process is shutting down)")
+        }
         var generation = generations.withLock { $0.current }
         do {
             if rd_kafka_fatal_error(generation.client.handle.pointer, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR {

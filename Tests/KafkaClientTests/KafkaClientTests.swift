@@ -21,6 +21,13 @@ struct KafkaClientTests {
             sent["value-\(index)"] = report
         }
         await producer.close()
+        await producer.close()  // idempotent
+        do {
+            _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, value: [0]))
+            Issue.record("a closed producer accepted a record")
+        } catch {
+            #expect(error.name == "_DESTROY", "\(error)")
+        }
 
         let consumer = try KafkaConsumer(configuration: testConsumerConfiguration(bootstrap: bootstrap, group: TestServices.uniqueName("group")), topics: [topic], logger: testLogger)
         var received: [KafkaConsumerMessage] = []
@@ -30,6 +37,9 @@ struct KafkaClientTests {
             if received.count == 30 { break }
         }
         await consumer.close()
+        #expect(try await consumer.pollBatch().isEmpty, "a closed consumer returns nothing, and does not crash")
+        #expect(throws: KafkaError.self) { try consumer.storeOffset(received[0]) }
+        await #expect(throws: KafkaError.self) { try await consumer.commit() }
         #expect(received.count == 30)
         for message in received {
             let value = String(decoding: message.value, as: UTF8.self)
