@@ -64,6 +64,7 @@ let package = Package(
             name: "NotificationPipeline",
             dependencies: [
                 "AppStoreNotifications",
+                "EntitlementStore",
                 "KafkaClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -118,7 +119,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications"]
+            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

@@ -94,7 +94,9 @@ struct NotificationIngestHandler: Sendable {
             signedPayload = try ResponseBodyV2.parse(body: body, maximumBytes: configuration.maximumBodyBytes).signedPayload
             try ResponseBodyV2.checkCompactJWSShape(signedPayload)
         } catch {
-            return refuse(.badRequest, code: error.code, reason: error.reason, requestId: requestId, logger: logger)
+            // Refused before the body was read to its end: close the connection rather than drain megabytes.
+            let close: HTTPFields = tooLarge ? [.connection: "close"] : [:]
+            return refuse(.badRequest, code: error.code, reason: error.reason, requestId: requestId, logger: logger, extraHeaders: close)
         }
 
         let receivedAt = Int64(Date().timeIntervalSince1970 * 1000)

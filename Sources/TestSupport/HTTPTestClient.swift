@@ -5,9 +5,13 @@ import Synchronization
 import Glibc
 #endif
 
-/// A minimal blocking HTTP/1.1 client with keep-alive, for tests and benchmarks that POST to our own servers on
-/// loopback. It speaks only what our servers answer (Content-Length bodies).
-public final class HTTPTestConnection {
+/// A minimal HTTP/1.1 client with keep-alive, for tests and benchmarks that POST to our own servers on loopback.
+/// It speaks only what our servers answer (Content-Length bodies).
+///
+/// Its socket I/O blocks, so it runs on a serial dispatch queue of its own and is awaited from async code: a
+/// blocking call on Swift's cooperative pool (two threads on these machines) would starve the very server tasks
+/// that must answer it.
+public final class HTTPTestConnection: @unchecked Sendable {
     public struct Response: Sendable {
         public var status: Int
         public var headers: [String: String]
@@ -23,6 +27,8 @@ public final class HTTPTestConnection {
     let port: Int
     private var descriptor: Int32 = -1
     private var buffer: [UInt8] = []
+    /// All socket work happens here, one request at a time.
+    private let queue = DispatchQueue(label: "http-test-connection")
 
     public init(port: Int) {
         self.port = port
@@ -40,6 +46,9 @@ public final class HTTPTestConnection {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        // A server may answer (and stop reading) before a large body is sent: give up writing then, and read.
+        var sendTimeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_SNDTIMEO, &sendTimeout, socklen_t(MemoryLayout<timeval>.size))
         var one: Int32 = 1
         setsockopt(descriptor, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         var address = sockaddr_in()
@@ -55,16 +64,28 @@ public final class HTTPTestConnection {
         }
     }
 
-    /// Sends one request and reads its response. Reconnects once if a kept-alive connection was closed.
-    public func send(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = [], timeoutSeconds: Int = 30) throws -> Response {
+    /// Sends one request and reads its response, off the cooperative pool.
+    public func send(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = [], timeoutSeconds: Int = 30) async throws -> Response {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                continuation.resume(with: Result { try self.sendBlocking(method: method, path: path, headers: headers, body: body, timeoutSeconds: timeoutSeconds) })
+            }
+        }
+    }
+
+    /// Sends one request and reads its response, blocking the calling thread (never call from async code).
+    /// Reconnects once if a kept-alive connection was closed.
+    public func sendBlocking(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = [], timeoutSeconds: Int = 30) throws -> Response {
         for attempt in 0..<2 {
             if descriptor < 0 { try connect(timeoutSeconds: timeoutSeconds) }
             var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Length: \(body.count)\r\n"
             for (name, value) in headers { head += "\(name): \(value)\r\n" }
             head += "\r\n"
             let request = Array(head.utf8) + body
-            if writeAll(request), let response = try readResponse() {
-                if response.headers["connection"]?.lowercased() == "close" { disconnect() }
+            let wroteAll = writeAll(request)
+            // Even if the write stopped early (the server refused and closed), its answer may be waiting.
+            if let response = try readResponse() {
+                if !wroteAll || response.headers["connection"]?.lowercased() == "close" { disconnect() }
                 return response
             }
             disconnect()
@@ -134,7 +155,7 @@ public enum HTTPLoad {
         port: Int, count: Int, concurrency: Int, timeoutSeconds: Int = 30,
         onAnswered: @escaping @Sendable (Int) -> Void = { _ in },
         request: @escaping @Sendable (Int) -> (path: String, headers: [String: String], body: [UInt8])
-    ) -> [Outcome] {
+    ) async -> [Outcome] {
         let next = Atomic<Int>(0)
         let answered = Atomic<Int>(0)
         let results = Mutex<[Outcome]>([])
@@ -150,7 +171,7 @@ public enum HTTPLoad {
                     let (path, headers, body) = request(index)
                     let start = DispatchTime.now().uptimeNanoseconds
                     do {
-                        let response = try connection.send(path: path, headers: headers, body: body, timeoutSeconds: timeoutSeconds)
+                        let response = try connection.sendBlocking(path: path, headers: headers, body: body, timeoutSeconds: timeoutSeconds)
                         local.append(Outcome(index: index, status: response.status, latency: Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9))
                         onAnswered(answered.add(1, ordering: .relaxed).newValue)
                     } catch {
@@ -164,7 +185,10 @@ public enum HTTPLoad {
             thread.stackSize = 1 << 20
             thread.start()
         }
-        group.wait()
+        // Wait without blocking a cooperative thread: the server under test needs them.
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            group.notify(queue: .global()) { continuation.resume() }
+        }
         return results.withLock { $0 }.sorted { $0.index < $1.index }
     }
 }

@@ -30,7 +30,7 @@ struct IngestBench {
         let size = bodies[0].count
         print("ingest-bench: \(count) requests per level, bodies of \(size) bytes, broker \(bootstrap)")
         // Warm up: topic creation, connections.
-        _ = HTTPLoad.run(port: port, count: 200, concurrency: 8) { ("/v2/notifications", ["Content-Type": "application/json"], bodies[$0]) }
+        _ = await HTTPLoad.run(port: port, count: 200, concurrency: 8) { ("/v2/notifications", ["Content-Type": "application/json"], bodies[$0]) }
         var best = 0.0
         var cpuBefore = cpuSeconds(pid: ingest.processIdentifier)
         var answered = 0
@@ -38,7 +38,7 @@ struct IngestBench {
         for concurrency in [1, 16, 64] {
             let requests = concurrency == 1 ? min(count, 1_000) : count
             let start = DispatchTime.now().uptimeNanoseconds
-            let outcomes = HTTPLoad.run(port: port, count: requests, concurrency: concurrency) { ("/v2/notifications", ["Content-Type": "application/json"], bodies[$0]) }
+            let outcomes = await HTTPLoad.run(port: port, count: requests, concurrency: concurrency) { ("/v2/notifications", ["Content-Type": "application/json"], bodies[$0]) }
             let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
             let latencies = outcomes.map(\.latency).sorted()
             let rate = Double(requests) / seconds

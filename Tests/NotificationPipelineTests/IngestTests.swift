@@ -45,7 +45,13 @@ struct IngestTests {
                 signedPayload = payload
                 expected = body.count <= 256 * 1024 && Self.looksLikeCompactJWS(payload) ? 200 : 400
             }
-            let response = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: body)
+            let response: HTTPTestConnection.Response
+            do {
+                response = try await connection.send(path: "/v2/notifications", headers: jsonHeaders, body: body)
+            } catch {
+                Issue.record("\(file.lastPathComponent): \(error)")
+                continue
+            }
             #expect(response.status == expected, "\(file.lastPathComponent): \(response.bodyText.prefix(200))")
             if response.status == 400 {
                 let error = try StrictJSONParser().parseObject(response.body)
@@ -78,12 +84,12 @@ struct IngestTests {
         let bootstrap = try bootstrap()
         let ingest = try await RunningIngest.start(bootstrap: bootstrap)
         let connection = HTTPTestConnection(port: ingest.port)
-        #expect(try connection.send(method: "GET", path: "/v2/notifications").status == 405)
-        #expect(try connection.send(path: "/v2/notifications", headers: ["Content-Type": "text/plain"], body: notificationBody("a.b.c")).status == 415)
-        #expect(try connection.send(method: "GET", path: "/health/live").status == 200)
-        #expect(try connection.send(method: "GET", path: "/health/ready").status == 200)
-        #expect(try connection.send(path: "/v2/notifications/sandbox", headers: jsonHeaders, body: notificationBody("eyJh.eyJi.c2ln")).status == 200)
-        let metrics = try connection.send(method: "GET", path: "/metrics").bodyText
+        #expect(try await connection.send(method: "GET", path: "/v2/notifications").status == 405)
+        #expect(try await connection.send(path: "/v2/notifications", headers: ["Content-Type": "text/plain"], body: notificationBody("a.b.c")).status == 415)
+        #expect(try await connection.send(method: "GET", path: "/health/live").status == 200)
+        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+        #expect(try await connection.send(path: "/v2/notifications/sandbox", headers: jsonHeaders, body: notificationBody("eyJh.eyJi.c2ln")).status == 200)
+        let metrics = try await connection.send(method: "GET", path: "/metrics").bodyText
         #expect(metrics.contains("ingest_requests_total{status=\"405\"") && metrics.contains("ingest_produce_duration_seconds"))
         let records = try await readTopic(bootstrap, topic: ingest.topic, atLeast: 1)
         #expect(records.count == 1 && records.first?.headers.string(NotificationRecordHeader.environmentHint) == "Sandbox")
@@ -98,25 +104,25 @@ struct IngestTests {
         let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeoutMilliseconds = 2_000 }
         let connection = HTTPTestConnection(port: ingest.port)
         var acknowledged: Set<String> = []
-        func post(_ index: Int) throws -> Int {
+        func post(_ index: Int) async throws -> Int {
             let payload = "eyJh.eyJ\(index).c2ln"
-            let status = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody(payload), timeoutSeconds: 30).status
+            let status = try await connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody(payload), timeoutSeconds: 30).status
             if status == 200 { acknowledged.insert(payload) }
             return status
         }
-        #expect(try post(0) == 200)
+        #expect(try await post(0) == 200)
 
         broker.kill()
         let start = ContinuousClock.now
-        let down = try connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody("eyJh.eyJkb3du.c2ln"), timeoutSeconds: 30)
+        let down = try await connection.send(path: "/v2/notifications", headers: jsonHeaders, body: notificationBody("eyJh.eyJkb3du.c2ln"), timeoutSeconds: 30)
         #expect(down.status == 503)
         #expect(down.headers["retry-after"] == "60")
         #expect(ContinuousClock.now - start < .seconds(2 + 5), "answered within the 2 s produce timeout (plus slack)")
-        #expect(try connection.send(method: "GET", path: "/health/ready").status == 503)
+        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 503)
 
         try broker.start()
         var recovered = false
-        for index in 1...15 where !recovered { recovered = try post(index) == 200 }
+        for index in 1...15 where !recovered { recovered = try await post(index) == 200 }
         #expect(recovered, "ingest stores again once the broker is back, without a restart")
         let records = try await readTopic(broker.bootstrapServers, topic: ingest.topic, atLeast: acknowledged.count)
         #expect(acknowledged.isSubset(of: Set(records.map { String(decoding: $0.value, as: UTF8.self) })), "every 200 is in the topic")
@@ -134,7 +140,7 @@ struct IngestTests {
         await admin.close()
         let ingest = try await RunningIngest.start(bootstrap: bootstrap, topic: topic)
         let bodies = try NotificationMinter.realisticBodies(count: count)
-        let outcomes = HTTPLoad.run(port: ingest.port, count: count, concurrency: 64) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
+        let outcomes = await HTTPLoad.run(port: ingest.port, count: count, concurrency: 64) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
         let okay = outcomes.filter { $0.status == 200 }
         #expect(okay.count == count, "statuses: \(Dictionary(grouping: outcomes, by: { $0.status ?? -1 }).mapValues(\.count)), first error: \(outcomes.first { $0.error != nil }?.error ?? "none")")
         let records = try await readTopic(bootstrap, topic: topic, atLeast: count, timeout: .seconds(120))
@@ -157,7 +163,7 @@ struct IngestTests {
         let bodies = try NotificationMinter.realisticBodies(count: 3_000)
         let pid = process.processIdentifier
         // SIGTERM once a quarter of the requests were answered: mid-load on any machine, fast or slow.
-        let outcomes = HTTPLoad.run(
+        let outcomes = await HTTPLoad.run(
             port: port, count: bodies.count, concurrency: 32, timeoutSeconds: 20,
             onAnswered: { answered in if answered == bodies.count / 4 { kill(pid, SIGTERM) } }
         ) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }

@@ -1,0 +1,184 @@
+import AppStoreNotifications
+import EntitlementStore
+import Foundation
+import KafkaClient
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Record headers the worker sets on dead letters. The value and key are the original record's, unchanged.
+public enum DeadLetterHeader {
+    /// The stable error code (`VerificationError.code`), e.g. `signatureMismatch`.
+    public static let errorCode = "error-code"
+    /// The human-readable reason.
+    public static let errorReason = "error-reason"
+    /// For `nestedInvalid`: the nested JWS's own code.
+    public static let errorCause = "error-cause"
+    public static let originalTopic = "original-topic"
+    public static let originalPartition = "original-partition"
+    public static let originalOffset = "original-offset"
+    public static let originalTimestamp = "original-timestamp"
+    public static let consumerGroup = "consumer-group"
+    public static let failedAt = "failed-at"
+    /// How many times the record was tried (1 for verification failures, which never change on retry).
+    public static let attempt = "attempt"
+}
+
+/// The worker's settings.
+public struct WorkerConfiguration: Sendable {
+    public var topic = "appstore.notifications.v2"
+    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    public var groupId = "appstore-worker"
+    /// Records per batch (one PostgreSQL transaction each).
+    public var batchSize = 500
+    /// Longest pause between retries of a batch that failed transiently (database or broker away).
+    public var maximumBackoff: Duration = .seconds(30)
+
+    public init() {}
+}
+
+/// Consumes notifications, verifies them, stores entitlement state, dead-letters what can never verify.
+///
+/// Per batch: verify every record (in parallel, one task per record, sharing the verifier and its chain cache);
+/// write the verified ones in one PostgreSQL transaction (in offset order per partition); dead-letter the
+/// permanent failures (acknowledged by the broker); only then store the batch's offsets. A transient failure
+/// (database or broker away) pauses the assigned partitions and retries the same batch with jittered backoff,
+/// so nothing is skipped and nothing is dead-lettered for being unlucky.
+public final class NotificationWorker: Service, Sendable {
+    let configuration: WorkerConfiguration
+    let consumer: KafkaConsumer
+    let deadLetters: KafkaProducer
+    let store: EntitlementStore
+    let verifier: SignedPayloadVerifier
+    let logger: Logger
+    /// Whether the last batch could be stored (for `/health/ready`).
+    let healthy = HealthFlag()
+
+    public init(configuration: WorkerConfiguration, consumer: KafkaConsumer, deadLetters: KafkaProducer, store: EntitlementStore, verifier: SignedPayloadVerifier, logger: Logger) {
+        self.configuration = configuration
+        self.consumer = consumer
+        self.deadLetters = deadLetters
+        self.store = store
+        self.verifier = verifier
+        self.logger = logger
+    }
+
+    public var isHealthy: Bool { healthy.value }
+
+    public func run() async throws {
+        await withGracefulShutdownHandler {
+            while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                do {
+                    let batch = try await consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
+                    if batch.isEmpty { continue }
+                    await process(batch)
+                } catch {
+                    logger.error("polling failed: \(error)")
+                    try? await Task.sleep(for: .seconds(1))
+                }
+            }
+        } onGracefulShutdown: {
+            // The loop sees the shutdown between batches: an in-flight batch finishes (or, if its store fails,
+            // is abandoned uncommitted and redelivered to the next owner).
+        }
+    }
+
+    /// One batch, retried until it is durable (or the process stops).
+    func process(_ batch: [KafkaConsumerMessage]) async {
+        let outcomes = await verify(batch)
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                try await persist(batch, outcomes, attempt: attempt)
+                if attempt > 1 { try? consumer.resume(try await consumer.assignment()) }
+                healthy.set(true)
+                return
+            } catch {
+                healthy.set(false)
+                if Task.isCancelled || Task.isShuttingDownGracefully {
+                    logger.warning("stopping with a batch not stored; it will be redelivered: \(error)")
+                    return
+                }
+                if attempt == 1 { try? consumer.pause(try await consumer.assignment()) }
+                let backoff = Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff)
+                logger.warning("batch not stored (attempt \(attempt)), retrying in \(backoff): \(error)")
+                try? await Task.sleep(for: backoff)
+                // Keep serving the group (heartbeats, rebalances) while paused.
+                _ = try? await consumer.pollBatch(maximum: 1, timeoutMilliseconds: 0)
+            }
+        }
+    }
+
+    /// Verification of every record, in parallel; results in batch order.
+    func verify(_ batch: [KafkaConsumerMessage]) async -> [Result<VerifiedNotification, VerificationError>] {
+        await withTaskGroup(of: (Int, Result<VerifiedNotification, VerificationError>).self) { group in
+            for (index, message) in batch.enumerated() {
+                group.addTask { [verifier] in
+                    guard let text = String(validating: message.value, as: UTF8.self) else {
+                        return (index, .failure(.malformedJWS("the record is not UTF-8 text")))
+                    }
+                    do throws(VerificationError) {
+                        return (index, .success(try await verifier.verifyNotification(text)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            var results = [Result<VerifiedNotification, VerificationError>](repeating: .failure(.malformedJWS("not verified")), count: batch.count)
+            for await (index, result) in group { results[index] = result }
+            return results
+        }
+    }
+
+    /// Dead letters first (acknowledged), then the store transaction, then the offsets.
+    func persist(_ batch: [KafkaConsumerMessage], _ outcomes: [Result<VerifiedNotification, VerificationError>], attempt: Int) async throws {
+        var stored: [StoredNotification] = []
+        for (message, outcome) in zip(batch, outcomes) {
+            switch outcome {
+            case .success(let verified):
+                stored.append(
+                    StoredNotification(
+                        verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
+                        kafkaPartition: message.partition, kafkaOffset: message.offset,
+                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
+            case .failure(let error):
+                _ = try await deadLetters.sendAndAwait(deadLetter(message, error))
+            }
+        }
+        let result = try await store.store(stored)
+        logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
+        var next: [KafkaTopicPartition: Int64] = [:]
+        for message in batch { next[message.topicPartition] = max(next[message.topicPartition] ?? 0, message.offset + 1) }
+        try consumer.storeOffsets(next)
+    }
+
+    func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError) -> KafkaProducerMessage {
+        var headers = message.headers
+        headers.append(KafkaHeader(key: DeadLetterHeader.errorCode, string: error.code))
+        headers.append(KafkaHeader(key: DeadLetterHeader.errorReason, string: error.reason))
+        if case .nestedInvalid = error { headers.append(KafkaHeader(key: DeadLetterHeader.errorCause, string: error.rootCause.code)) }
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalTopic, string: message.topic))
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalPartition, string: String(message.partition)))
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalOffset, string: String(message.offset)))
+        if let timestamp = message.timestamp { headers.append(KafkaHeader(key: DeadLetterHeader.originalTimestamp, string: String(timestamp))) }
+        headers.append(KafkaHeader(key: DeadLetterHeader.consumerGroup, string: configuration.groupId))
+        headers.append(KafkaHeader(key: DeadLetterHeader.failedAt, string: String(Int64(Date().timeIntervalSince1970 * 1000))))
+        headers.append(KafkaHeader(key: DeadLetterHeader.attempt, string: "1"))
+        return KafkaProducerMessage(topic: configuration.deadLetterTopic, key: message.key, value: message.value, headers: headers)
+    }
+
+    /// Exponential backoff with full jitter, capped.
+    static func backoff(attempt: Int, maximum: Duration) -> Duration {
+        let base = Duration.milliseconds(100) * (1 << min(attempt, 10))
+        let capped = min(base, maximum)
+        return capped * Double.random(in: 0.5...1.0)
+    }
+}
+
+/// A Bool shared between tasks.
+final class HealthFlag: Sendable {
+    private let storage = Synchronization.Atomic<Bool>(true)
+    var value: Bool { storage.load(ordering: .relaxed) }
+    func set(_ value: Bool) { storage.store(value, ordering: .relaxed) }
+}
