@@ -83,29 +83,74 @@ public final class NotificationWorker: Service, Sendable {
         }
     }
 
-    /// One batch, retried until it is durable (or the process stops).
+    /// One batch: dead letters, then the store transaction, then the offsets. Each step is retried until it is
+    /// durable (or the process stops) and is never repeated once it succeeded.
     func process(_ batch: [KafkaConsumerMessage]) async {
         let outcomes = await verify(batch)
+        var stored: [StoredNotification] = []
+        var pendingDeadLetters: [KafkaProducerMessage] = []
+        for (message, outcome) in zip(batch, outcomes) {
+            switch outcome {
+            case .success(let verified):
+                stored.append(
+                    StoredNotification(
+                        verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
+                        kafkaPartition: message.partition, kafkaOffset: message.offset,
+                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
+            case .failure(let error):
+                pendingDeadLetters.append(deadLetter(message, error))
+            }
+        }
+        // A dead letter the broker acknowledged is never sent again, even if a later one fails.
+        guard await untilDurable("dead letters", {
+            while let letter = pendingDeadLetters.first {
+                _ = try await deadLetters.sendAndAwait(letter)
+                pendingDeadLetters.removeFirst()
+            }
+        }) else { return }
+        guard await untilDurable("notifications", {
+            let result = try await store.store(stored)
+            logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
+        }) else { return }
+
+        var next: [KafkaTopicPartition: Int64] = [:]
+        for message in batch { next[message.topicPartition] = max(next[message.topicPartition] ?? 0, message.offset + 1) }
+        do {
+            try consumer.storeOffsets(next)
+        } catch {
+            // The batch is durable; its partitions moved to another member during it. That member redelivers these
+            // records and the ledger ignores them: nothing to retry here.
+            logger.warning("offsets not stored, the partitions were reassigned; the new owner will skip these as duplicates: \(error)")
+        }
+    }
+
+    /// Runs `step` until it succeeds; false when the process stops first (the batch is then abandoned
+    /// uncommitted and redelivered). While retrying, the assigned partitions are paused; nothing is polled, so no
+    /// record can be fetched and lost meanwhile. librdkafka keeps heartbeating; if an outage outlasts
+    /// `max.poll.interval.ms`, the member leaves the group and the batch is redelivered to whoever owns it next.
+    func untilDurable(_ what: String, _ step: () async throws -> Void) async -> Bool {
         var attempt = 0
+        var paused: [KafkaTopicPartition] = []
+        defer { if !paused.isEmpty { try? consumer.resume(paused) } }
         while true {
             attempt += 1
             do {
-                try await persist(batch, outcomes, attempt: attempt)
-                if attempt > 1 { try? consumer.resume(try await consumer.assignment()) }
+                try await step()
                 healthy.set(true)
-                return
+                return true
             } catch {
                 healthy.set(false)
                 if Task.isCancelled || Task.isShuttingDownGracefully {
-                    logger.warning("stopping with a batch not stored; it will be redelivered: \(error)")
-                    return
+                    logger.warning("stopping with \(what) not stored; the batch will be redelivered: \(error)")
+                    return false
                 }
-                if attempt == 1 { try? consumer.pause(try await consumer.assignment()) }
+                if paused.isEmpty, let assignment = try? await consumer.assignment() {
+                    try? consumer.pause(assignment)
+                    paused = assignment
+                }
                 let backoff = Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff)
-                logger.warning("batch not stored (attempt \(attempt)), retrying in \(backoff): \(error)")
+                logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(error)")
                 try? await Task.sleep(for: backoff)
-                // Keep serving the group (heartbeats, rebalances) while paused.
-                _ = try? await consumer.pollBatch(maximum: 1, timeoutMilliseconds: 0)
             }
         }
     }
@@ -129,28 +174,6 @@ public final class NotificationWorker: Service, Sendable {
             for await (index, result) in group { results[index] = result }
             return results
         }
-    }
-
-    /// Dead letters first (acknowledged), then the store transaction, then the offsets.
-    func persist(_ batch: [KafkaConsumerMessage], _ outcomes: [Result<VerifiedNotification, VerificationError>], attempt: Int) async throws {
-        var stored: [StoredNotification] = []
-        for (message, outcome) in zip(batch, outcomes) {
-            switch outcome {
-            case .success(let verified):
-                stored.append(
-                    StoredNotification(
-                        verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
-                        kafkaPartition: message.partition, kafkaOffset: message.offset,
-                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
-            case .failure(let error):
-                _ = try await deadLetters.sendAndAwait(deadLetter(message, error))
-            }
-        }
-        let result = try await store.store(stored)
-        logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
-        var next: [KafkaTopicPartition: Int64] = [:]
-        for message in batch { next[message.topicPartition] = max(next[message.topicPartition] ?? 0, message.offset + 1) }
-        try consumer.storeOffsets(next)
     }
 
     func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError) -> KafkaProducerMessage {
