@@ -60,7 +60,7 @@ extension KafkaAdminClient {
         let plan = targets.keys.sorted().map { partition in
             OffsetReset(partition: partition, before: committed[partition] ?? nil, after: targets[partition]!, end: marks[partition]!.high)
         }
-        if !dryRun { _ = try await alterGroupOffsets(groupId, to: targets) }
+        if !dryRun { _ = try await alterIdleGroupOffsets(groupId, to: targets) }  // idleness checked above
         return plan
     }
 }

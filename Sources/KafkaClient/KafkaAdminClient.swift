@@ -258,6 +258,12 @@ public final class KafkaAdminClient: Sendable {
         guard Self.isIdle(description) else {
             throw GroupHasActiveMembers(groupId: groupId, state: description.state, members: description.members)
         }
+        return try await alterIdleGroupOffsets(groupId, to: offsets)
+    }
+
+    /// The AlterConsumerGroupOffsets request itself, for a group already checked to be idle. A member that joined
+    /// since is refused by the broker, reported as `GroupHasActiveMembers`.
+    func alterIdleGroupOffsets(_ groupId: String, to offsets: [KafkaTopicPartition: Int64]) async throws -> [KafkaTopicPartition: Int64] {
         let timeout = timeoutMilliseconds
         let result: Result<[KafkaTopicPartition: Int64], KafkaError> = await client.blocking { handle in
             KafkaAdminClient.request(handle, timeout: timeout, operation: RD_KAFKA_ADMIN_OP_ALTERCONSUMERGROUPOFFSETS) { handle, options, queue in

@@ -53,20 +53,7 @@ public final class KafkaConsumer: Service, Sendable {
     /// Polls once, waiting at most `timeoutMilliseconds`; nil when nothing arrived. Transient errors are logged
     /// and swallowed (librdkafka recovers by itself); fatal ones are thrown.
     public func poll(timeoutMilliseconds: Int32 = 100) async throws(KafkaError) -> KafkaConsumerMessage? {
-        guard !closed.load(ordering: .relaxed) else { return nil }
-        let result: Result<KafkaConsumerMessage?, KafkaError> = await client.blocking { [self] handle in
-            guard !closed.load(ordering: .relaxed) else { return .success(nil) }
-            guard let message = rd_kafka_consumer_poll(handle, timeoutMilliseconds) else { return .success(nil) }
-            defer { rd_kafka_message_destroy(message) }
-            if message.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                let error = KafkaError(message.pointee.err)
-                return error.isFatal ? .failure(error) : .success(nil)
-            }
-            return .success(KafkaConsumer.copy(message))
-        }
-        let message = try result.get()
-        if message != nil { context.brokersReachable.store(true, ordering: .relaxed) }
-        return message
+        try await pollBatch(maximum: 1, timeoutMilliseconds: timeoutMilliseconds).first
     }
 
     /// Polls up to `maximum` records at once, waiting at most `timeoutMilliseconds` for the first; empty when
@@ -222,11 +209,6 @@ public final class KafkaConsumer: Service, Sendable {
             }
             return name
         }
-    }
-
-    static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaConsumerMessage {
-        var topicNames = TopicNameCache()
-        return copy(message, topicNames: &topicNames)
     }
 
     static func copy(_ message: UnsafeMutablePointer<rd_kafka_message_t>, topicNames: inout TopicNameCache) -> KafkaConsumerMessage {

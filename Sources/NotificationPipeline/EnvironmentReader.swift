@@ -69,10 +69,9 @@ public enum KafkaEnvironment {
     public static let keys = ["KAFKA_BOOTSTRAP_SERVERS", "KAFKA_CLIENT_ID", "KAFKA_CONFIG_*", "KAFKA_STATISTICS_INTERVAL_MS"]
 
     public static func client(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> KafkaClientConfigurationValues {
-        KafkaClientConfigurationValues(
-            bootstrapServers: environment.list("KAFKA_BOOTSTRAP_SERVERS", default: []).isEmpty
-                ? try [environment.required("KAFKA_BOOTSTRAP_SERVERS")]
-                : environment.list("KAFKA_BOOTSTRAP_SERVERS", default: []),
+        let servers = environment.list("KAFKA_BOOTSTRAP_SERVERS", default: [])
+        return KafkaClientConfigurationValues(
+            bootstrapServers: servers.isEmpty ? [try environment.required("KAFKA_BOOTSTRAP_SERVERS")] : servers,
             clientId: environment.string("KAFKA_CLIENT_ID", default: defaultClientId),
             statisticsIntervalMilliseconds: try environment.int("KAFKA_STATISTICS_INTERVAL_MS", default: 0),
             additionalConfig: environment.librdkafkaSettings(prefix: "KAFKA_CONFIG_"))

@@ -62,10 +62,9 @@ public struct IngestConfiguration: Sendable {
 
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
     public var producerConfiguration: KafkaProducerConfiguration {
-        var client = KafkaClientConfiguration(
+        let client = KafkaClientConfiguration(
             bootstrapServers: kafka.bootstrapServers, clientId: kafka.clientId,
             statisticsIntervalMilliseconds: kafka.statisticsIntervalMilliseconds, additionalConfig: kafka.additionalConfig)
-        client.clientId = kafka.clientId
         var producer = KafkaProducerConfiguration(client: client)
         producer.deliveryTimeoutMilliseconds = produceTimeoutMilliseconds
         producer.lingerMilliseconds = 2

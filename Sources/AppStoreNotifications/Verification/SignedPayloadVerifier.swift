@@ -137,10 +137,7 @@ public final class SignedPayloadVerifier: Sendable {
     }
 
     func verifyJWS(_ jws: String, expected: PayloadKind?) async throws(VerificationError) -> VerifiedJWS {
-        var jws = jws
-        let parsed = try jws.withUTF8 { buffer in
-            Result { () throws(VerificationError) -> ParsedJWS in try parse(buffer) }
-        }.get()
+        let parsed = try parse(jws)
 
         let detected = PayloadKind.detect(parsed.payload)
         guard let kind = expected ?? detected, detected == kind else {
@@ -170,6 +167,14 @@ public final class SignedPayloadVerifier: Sendable {
             throw .signatureMismatch("the ES256 signature does not verify with the leaf certificate's key")
         }
         return VerifiedJWS(kind: kind, payload: parsed.payload, signedDate: signedDate)
+    }
+
+    /// Steps 1–3 on a string's UTF-8 (contiguous for native strings, so no copy).
+    func parse(_ jws: String) throws(VerificationError) -> ParsedJWS {
+        var jws = jws
+        return try jws.withUTF8 { buffer in
+            Result { () throws(VerificationError) -> ParsedJWS in try parse(buffer) }
+        }.get()
     }
 
     /// Steps 1–3: structure and JSON, no cryptography but the digest.
@@ -403,10 +408,6 @@ extension SignedPayloadVerifier {
     /// Steps 1–3 alone (segments, base64, strict JSON, digest) for the benchmark's cost breakdown.
     @_spi(Benchmarks)
     public func parseWithoutCryptography(_ jws: String) throws(VerificationError) -> Int {
-        var jws = jws
-        let parsed = try jws.withUTF8 { buffer in
-            Result { () throws(VerificationError) -> ParsedJWS in try parse(buffer) }
-        }.get()
-        return parsed.payload.count
+        try parse(jws).payload.count
     }
 }
