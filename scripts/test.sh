@@ -26,7 +26,16 @@ echo "== services (PostgreSQL, Kafka-protocol broker)"
 eval "$(scripts/services.sh up)"
 
 echo "== swift test"
-swift test --skip-build
+# The full report goes to the terminal and to a file; on failure its failing lines are repeated last, so that
+# the tail of a CI log (which is all CI keeps) names the test and the expectation that failed.
+report=$(mktemp)
+trap 'rm -f "$log" "$report"' EXIT
+if ! swift test --skip-build 2>&1 | tee "$report"; then
+    echo
+    echo "== failures (repeated from the report above)"
+    grep -E "^(✘|􀢄)|recorded an issue|Expectation failed|Caught error|error:|Fatal error" "$report" | grep -v "librdkafka\|kafka client error" | tail -40
+    exit 1
+fi
 
 echo "== pipelinectl verify contract"
 python3 scripts/check-verify-contract.py .build/debug/pipelinectl
