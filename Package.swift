@@ -59,7 +59,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        // MARK: - Composition: configuration, the ingest application, (later) the worker
+        // MARK: - Composition: configuration, the ingest application, the worker service
         .target(
             name: "NotificationPipeline",
             dependencies: [
@@ -71,6 +71,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
@@ -89,11 +90,16 @@ let package = Package(
             name: "pipelinectl",
             dependencies: [
                 "AppStoreNotifications",
+                "NotificationPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .executableTarget(
             name: "ingest",
+            dependencies: ["NotificationPipeline"]
+        ),
+        .executableTarget(
+            name: "worker",
             dependencies: ["NotificationPipeline"]
         ),
         .executableTarget(

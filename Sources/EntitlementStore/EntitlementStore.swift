@@ -86,43 +86,57 @@ public struct EntitlementStore: Sendable {
 
     /// Stores a batch in one transaction: dedupe, archive, transactions, entitlements (forward only).
     /// Order matters for entitlements: give the records of each partition in offset order.
+    ///
+    /// Four multi-row statements whatever the batch size (plus one to lock the entitlement rows it touches): each
+    /// takes its rows as one bound parameter, a JSON array unpacked by `jsonb_to_recordset`, so no SQL is ever
+    /// built from data and a batch of 500 costs as many round trips as a batch of 1.
     public func store(_ batch: [StoredNotification]) async throws -> BatchOutcome {
         guard !batch.isEmpty else { return BatchOutcome() }
         return try await client.withTransaction(logger: logger) { connection in
             var outcome = BatchOutcome()
-            // 1. Dedupe ledger: one multi-row insert; what comes back is new.
+            // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
+            //    waits here for our commit, so a notification is applied by exactly one transaction.
             let keys = batch.map(\.deduplicationKey)
             var fresh: Set<String> = []
             let inserted = try await connection.query(
                 "INSERT INTO notification_ledger (notification_uuid) SELECT DISTINCT unnest(\(keys)::text[]) ON CONFLICT DO NOTHING RETURNING notification_uuid",
                 logger: logger)
             for try await key in inserted.decode(String.self) { fresh.insert(key) }
-
-            var entitlements: [EntitlementKey: EntitlementState?] = [:]
+            // A key is applied once: its first occurrence if it is new, never again.
+            var firstSeen: [StoredNotification] = []
             for record in batch {
-                // A key is applied once: the first occurrence if it is new, never again.
-                guard fresh.remove(record.deduplicationKey) != nil else {
-                    outcome.duplicates += 1
-                    continue
-                }
-                outcome.applied += 1
-                try await archive(record, on: connection)
-                if let transaction = record.verified.transactionInfo {
-                    try await upsertTransaction(transaction, of: record.verified, on: connection)
-                }
-                guard let transaction = record.verified.transactionInfo?.model, let originalTransactionId = transaction.originalTransactionId else { continue }
-                let key = EntitlementKey(environment: record.verified.environment.rawValue, bundleId: record.verified.bundleId, originalTransactionId: originalTransactionId)
-                if entitlements[key] == nil { entitlements[key] = .some(try await lockedEntitlement(key, on: connection)) }
-                switch EntitlementTransition.apply(record.verified, to: entitlements[key] ?? nil) {
+                if fresh.remove(record.deduplicationKey) != nil { firstSeen.append(record) } else { outcome.duplicates += 1 }
+            }
+            outcome.applied = firstSeen.count
+            guard !firstSeen.isEmpty else { return outcome }
+
+            // 2. Archive and transactions.
+            try await connection.query(Self.archiveStatement(rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized), logger: logger)
+            let transactions = Self.newestTransactions(firstSeen)
+            if !transactions.isEmpty {
+                try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
+            }
+
+            // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
+            var current = try await lockedEntitlements(Set(firstSeen.compactMap(\.entitlementKey)), on: connection)
+            var changed: [EntitlementKey] = []  // in first-change order
+            var changedSet: Set<EntitlementKey> = []
+            for record in firstSeen {
+                guard let key = record.entitlementKey else { continue }
+                switch EntitlementTransition.apply(record.verified, to: current[key]) {
                 case .updated(let state):
-                    entitlements[key] = .some(state)
-                    try await upsertEntitlement(state, on: connection)
+                    if changedSet.insert(key).inserted { changed.append(key) }
+                    current[key] = state
                     outcome.entitlementsUpdated += 1
                 case .stale:
                     outcome.stale += 1
                 case .notApplicable:
                     break
                 }
+            }
+            let rows = try changed.compactMap { key in try current[key].map(Self.entitlementRow) }
+            if !rows.isEmpty {
+                try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
             }
             return outcome
         }
@@ -134,83 +148,203 @@ public struct EntitlementStore: Sendable {
         var originalTransactionId: String
     }
 
-    /// The current row, locked until the transaction ends (so two workers never interleave on one subscription).
-    func lockedEntitlement(_ key: EntitlementKey, on connection: PostgresConnection) async throws -> EntitlementState? {
+    /// The current rows, locked until the transaction ends (so two workers never interleave on one subscription),
+    /// in key order (so two transactions locking overlapping sets cannot deadlock).
+    func lockedEntitlements(_ keys: Set<EntitlementKey>, on connection: PostgresConnection) async throws -> [EntitlementKey: EntitlementState] {
+        guard !keys.isEmpty else { return [:] }
+        let ordered = keys.sorted { ($0.environment, $0.bundleId, $0.originalTransactionId) < ($1.environment, $1.bundleId, $1.originalTransactionId) }
         let rows = try await connection.query(
-            "SELECT state::text FROM entitlements WHERE environment = \(key.environment) AND bundle_id = \(key.bundleId) AND original_transaction_id = \(key.originalTransactionId) FOR UPDATE",
+            """
+            SELECT e.state::text FROM entitlements e
+            JOIN unnest(\(ordered.map(\.environment))::text[], \(ordered.map(\.bundleId))::text[], \(ordered.map(\.originalTransactionId))::text[])
+                AS k(environment, bundle_id, original_transaction_id) USING (environment, bundle_id, original_transaction_id)
+            ORDER BY e.environment, e.bundle_id, e.original_transaction_id
+            FOR UPDATE OF e
+            """,
             logger: logger)
+        var states: [EntitlementKey: EntitlementState] = [:]
         for try await text in rows.decode(String.self) {
-            return try JSONDecoder().decode(EntitlementState.self, from: Data(text.utf8))
+            let state = try JSONDecoder().decode(EntitlementState.self, from: Data(text.utf8))
+            states[EntitlementKey(environment: state.environment, bundleId: state.bundleId, originalTransactionId: state.originalTransactionId)] = state
         }
-        return nil
+        return states
     }
 
-    func archive(_ record: StoredNotification, on connection: PostgresConnection) async throws {
+    /// Per transactionId, the version with the latest signedDate (one row per key, as a multi-row upsert requires).
+    static func newestTransactions(_ records: [StoredNotification]) -> [(VerifiedPayload<JWSTransactionDecodedPayload>, VerifiedNotification)] {
+        var newest: [String: (VerifiedPayload<JWSTransactionDecodedPayload>, VerifiedNotification)] = [:]
+        var order: [String] = []
+        for record in records {
+            guard let transaction = record.verified.transactionInfo, let id = transaction.model.transactionId, transaction.model.originalTransactionId != nil else { continue }
+            if let existing = newest[id] {
+                if existing.0.signedDate < transaction.signedDate { newest[id] = (transaction, record.verified) }
+            } else {
+                newest[id] = (transaction, record.verified)
+                order.append(id)
+            }
+        }
+        return order.compactMap { newest[$0] }
+    }
+
+    // MARK: - Rows and statements
+
+    /// Timestamps travel as milliseconds (exact) and become timestamptz in SQL.
+    static func millis(_ timestamp: Timestamp?) -> JSONValue { timestamp.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null }
+    static func text(_ value: String?) -> JSONValue { value.map { .string($0) } ?? .null }
+    static func integer<I: BinaryInteger>(_ value: I?) -> JSONValue { value.map { .number(JSONNumber(Int64($0))) } ?? .null }
+
+    static func archiveRow(_ record: StoredNotification) -> JSONValue {
         let verified = record.verified
-        try await connection.query(
-            """
-            INSERT INTO notifications (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
-                original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at)
-            VALUES (\(record.deduplicationKey), \(verified.payload.rawNotificationType ?? ""), \(verified.payload.rawSubtype),
-                \(verified.signedDate.date), \(verified.environment.rawValue), \(verified.bundleId),
-                \(verified.transactionInfo?.model.originalTransactionId), \(record.signedPayload), \(verified.json.serialized)::jsonb,
-                \(record.kafkaTopic), \(record.kafkaPartition), \(record.kafkaOffset), \(record.receivedAt?.date))
-            ON CONFLICT (notification_uuid) DO NOTHING
-            """,
-            logger: logger)
+        return .object(JSONObject([
+            "notification_uuid": .string(record.deduplicationKey),
+            "notification_type": .string(verified.payload.rawNotificationType ?? ""),
+            "subtype": text(verified.payload.rawSubtype),
+            "signed_date": millis(verified.signedDate),
+            "environment": .string(verified.environment.rawValue),
+            "bundle_id": .string(verified.bundleId),
+            "original_transaction_id": text(verified.transactionInfo?.model.originalTransactionId),
+            "signed_payload": .string(record.signedPayload),
+            "payload": .object(verified.json),
+            "kafka_topic": text(record.kafkaTopic),
+            "kafka_partition": integer(record.kafkaPartition),
+            "kafka_offset": integer(record.kafkaOffset),
+            "received_at": millis(record.receivedAt),
+        ]))
     }
 
-    func upsertTransaction(_ transaction: VerifiedPayload<JWSTransactionDecodedPayload>, of notification: VerifiedNotification, on connection: PostgresConnection) async throws {
+    static func archiveStatement(rows: String) -> PostgresQuery {
+        """
+        INSERT INTO notifications (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
+            original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at)
+        SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
+            r.original_transaction_id, r.signed_payload, r.payload, r.kafka_topic, r.kafka_partition, r.kafka_offset,
+            to_timestamp(r.received_at / 1000.0)
+        FROM jsonb_to_recordset(\(rows)::jsonb) AS r(notification_uuid text, notification_type text, subtype text, signed_date bigint,
+            environment text, bundle_id text, original_transaction_id text, signed_payload text, payload jsonb, kafka_topic text,
+            kafka_partition integer, kafka_offset bigint, received_at bigint)
+        ON CONFLICT (notification_uuid) DO NOTHING
+        """
+    }
+
+    static func transactionRow(_ transaction: VerifiedPayload<JWSTransactionDecodedPayload>, of notification: VerifiedNotification) -> JSONValue {
         let t = transaction.model
-        guard let transactionId = t.transactionId, let originalTransactionId = t.originalTransactionId else { return }
-        try await connection.query(
-            """
-            INSERT INTO transactions (transaction_id, original_transaction_id, environment, bundle_id, product_id, type, purchase_date,
-                expires_date, quantity, revocation_date, revocation_reason, revocation_type, price, currency, app_account_token,
-                ownership_type, signed_date, payload)
-            VALUES (\(transactionId), \(originalTransactionId), \(notification.environment.rawValue), \(notification.bundleId), \(t.productId),
-                \(t.rawType), \(t.purchaseDate?.date), \(t.expiresDate?.date), \(t.quantity.map(Int.init)), \(t.revocationDate?.date),
-                \(t.rawRevocationReason.map(Int.init)), \(t.rawRevocationType), \(t.price), \(t.currency), \(t.appAccountToken),
-                \(t.rawInAppOwnershipType), \(transaction.signedDate.date), \(transaction.json.serialized)::jsonb)
-            ON CONFLICT (transaction_id) DO UPDATE SET
-                product_id = EXCLUDED.product_id, type = EXCLUDED.type, purchase_date = EXCLUDED.purchase_date,
-                expires_date = EXCLUDED.expires_date, quantity = EXCLUDED.quantity, revocation_date = EXCLUDED.revocation_date,
-                revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type, price = EXCLUDED.price,
-                currency = EXCLUDED.currency, app_account_token = EXCLUDED.app_account_token, ownership_type = EXCLUDED.ownership_type,
-                signed_date = EXCLUDED.signed_date, payload = EXCLUDED.payload
-            WHERE transactions.signed_date < EXCLUDED.signed_date
-            """,
-            logger: logger)
+        return .object(JSONObject([
+            "transaction_id": text(t.transactionId),
+            "original_transaction_id": text(t.originalTransactionId),
+            "environment": .string(notification.environment.rawValue),
+            "bundle_id": .string(notification.bundleId),
+            "product_id": text(t.productId),
+            "type": text(t.rawType),
+            "purchase_date": millis(t.purchaseDate),
+            "expires_date": millis(t.expiresDate),
+            "quantity": integer(t.quantity),
+            "revocation_date": millis(t.revocationDate),
+            "revocation_reason": integer(t.rawRevocationReason),
+            "revocation_type": text(t.rawRevocationType),
+            "price": integer(t.price),
+            "currency": text(t.currency),
+            "app_account_token": text(t.appAccountToken),
+            "ownership_type": text(t.rawInAppOwnershipType),
+            "signed_date": millis(transaction.signedDate),
+            "payload": .object(transaction.json),
+        ]))
     }
 
-    func upsertEntitlement(_ s: EntitlementState, on connection: PostgresConnection) async throws {
-        let state = String(decoding: try JSONEncoder().encode(s), as: UTF8.self)
-        try await connection.query(
-            """
-            INSERT INTO entitlements (environment, bundle_id, original_transaction_id, product_id, subscription_group_id, status,
-                expires_at, grace_period_expires_at, auto_renew_status, auto_renew_product_id, billing_issue_since, revocation_date,
-                revocation_reason, revocation_type, ownership_type, offer_type, offer_identifier, offer_discount_type,
-                app_account_token, price, currency, last_notification_type, last_notification_subtype, last_signed_date,
-                apple_status, state, updated_at)
-            VALUES (\(s.environment), \(s.bundleId), \(s.originalTransactionId), \(s.productId), \(s.subscriptionGroupIdentifier),
-                \(s.status.rawValue), \(s.expiresAt?.date), \(s.gracePeriodExpiresAt?.date), \(s.autoRenewStatus.map(Int.init)),
-                \(s.autoRenewProductId), \(s.billingIssueSince?.date), \(s.revocationDate?.date), \(s.revocationReason.map(Int.init)),
-                \(s.revocationType), \(s.ownershipType), \(s.offerType.map(Int.init)), \(s.offerIdentifier), \(s.offerDiscountType),
-                \(s.appAccountToken), \(s.price), \(s.currency), \(s.lastNotificationType), \(s.lastNotificationSubtype),
-                \(s.lastSignedDate.date), \(s.appleStatus.map(Int.init)), \(state)::jsonb, now())
-            ON CONFLICT (environment, bundle_id, original_transaction_id) DO UPDATE SET
-                product_id = EXCLUDED.product_id, subscription_group_id = EXCLUDED.subscription_group_id, status = EXCLUDED.status,
-                expires_at = EXCLUDED.expires_at, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
-                auto_renew_status = EXCLUDED.auto_renew_status, auto_renew_product_id = EXCLUDED.auto_renew_product_id,
-                billing_issue_since = EXCLUDED.billing_issue_since, revocation_date = EXCLUDED.revocation_date,
-                revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type,
-                ownership_type = EXCLUDED.ownership_type, offer_type = EXCLUDED.offer_type, offer_identifier = EXCLUDED.offer_identifier,
-                offer_discount_type = EXCLUDED.offer_discount_type, app_account_token = EXCLUDED.app_account_token,
-                price = EXCLUDED.price, currency = EXCLUDED.currency, last_notification_type = EXCLUDED.last_notification_type,
-                last_notification_subtype = EXCLUDED.last_notification_subtype, last_signed_date = EXCLUDED.last_signed_date,
-                apple_status = EXCLUDED.apple_status, state = EXCLUDED.state, updated_at = now()
-            WHERE entitlements.last_signed_date < EXCLUDED.last_signed_date
-            """,
-            logger: logger)
+    /// A transaction row moves forward only: a refund (newer signedDate) replaces the purchase, never the reverse.
+    static func transactionStatement(rows: String) -> PostgresQuery {
+        """
+        INSERT INTO transactions (transaction_id, original_transaction_id, environment, bundle_id, product_id, type, purchase_date,
+            expires_date, quantity, revocation_date, revocation_reason, revocation_type, price, currency, app_account_token,
+            ownership_type, signed_date, payload)
+        SELECT r.transaction_id, r.original_transaction_id, r.environment, r.bundle_id, r.product_id, r.type,
+            to_timestamp(r.purchase_date / 1000.0), to_timestamp(r.expires_date / 1000.0), r.quantity,
+            to_timestamp(r.revocation_date / 1000.0), r.revocation_reason, r.revocation_type, r.price, r.currency,
+            r.app_account_token, r.ownership_type, to_timestamp(r.signed_date / 1000.0), r.payload
+        FROM jsonb_to_recordset(\(rows)::jsonb) AS r(transaction_id text, original_transaction_id text, environment text,
+            bundle_id text, product_id text, type text, purchase_date bigint, expires_date bigint, quantity integer,
+            revocation_date bigint, revocation_reason integer, revocation_type text, price bigint, currency text,
+            app_account_token text, ownership_type text, signed_date bigint, payload jsonb)
+        ON CONFLICT (transaction_id) DO UPDATE SET
+            product_id = EXCLUDED.product_id, type = EXCLUDED.type, purchase_date = EXCLUDED.purchase_date,
+            expires_date = EXCLUDED.expires_date, quantity = EXCLUDED.quantity, revocation_date = EXCLUDED.revocation_date,
+            revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type, price = EXCLUDED.price,
+            currency = EXCLUDED.currency, app_account_token = EXCLUDED.app_account_token, ownership_type = EXCLUDED.ownership_type,
+            signed_date = EXCLUDED.signed_date, payload = EXCLUDED.payload
+        WHERE transactions.signed_date < EXCLUDED.signed_date
+        """
+    }
+
+    static func entitlementRow(_ s: EntitlementState) throws -> JSONValue {
+        .object(JSONObject([
+            "environment": .string(s.environment),
+            "bundle_id": .string(s.bundleId),
+            "original_transaction_id": .string(s.originalTransactionId),
+            "product_id": text(s.productId),
+            "subscription_group_id": text(s.subscriptionGroupIdentifier),
+            "status": .string(s.status.rawValue),
+            "expires_at": millis(s.expiresAt),
+            "grace_period_expires_at": millis(s.gracePeriodExpiresAt),
+            "auto_renew_status": integer(s.autoRenewStatus),
+            "auto_renew_product_id": text(s.autoRenewProductId),
+            "billing_issue_since": millis(s.billingIssueSince),
+            "revocation_date": millis(s.revocationDate),
+            "revocation_reason": integer(s.revocationReason),
+            "revocation_type": text(s.revocationType),
+            "ownership_type": text(s.ownershipType),
+            "offer_type": integer(s.offerType),
+            "offer_identifier": text(s.offerIdentifier),
+            "offer_discount_type": text(s.offerDiscountType),
+            "app_account_token": text(s.appAccountToken),
+            "price": integer(s.price),
+            "currency": text(s.currency),
+            "last_notification_type": .string(s.lastNotificationType),
+            "last_notification_subtype": text(s.lastNotificationSubtype),
+            "last_signed_date": millis(s.lastSignedDate),
+            "apple_status": integer(s.appleStatus),
+            "state": .string(String(decoding: try JSONEncoder().encode(s), as: UTF8.self)),
+        ]))
+    }
+
+    /// The `signedDate` guard: a row only ever moves to a newer notification's state.
+    static func entitlementStatement(rows: String) -> PostgresQuery {
+        """
+        INSERT INTO entitlements (environment, bundle_id, original_transaction_id, product_id, subscription_group_id, status,
+            expires_at, grace_period_expires_at, auto_renew_status, auto_renew_product_id, billing_issue_since, revocation_date,
+            revocation_reason, revocation_type, ownership_type, offer_type, offer_identifier, offer_discount_type,
+            app_account_token, price, currency, last_notification_type, last_notification_subtype, last_signed_date,
+            apple_status, state, updated_at)
+        SELECT r.environment, r.bundle_id, r.original_transaction_id, r.product_id, r.subscription_group_id, r.status,
+            to_timestamp(r.expires_at / 1000.0), to_timestamp(r.grace_period_expires_at / 1000.0), r.auto_renew_status,
+            r.auto_renew_product_id, to_timestamp(r.billing_issue_since / 1000.0), to_timestamp(r.revocation_date / 1000.0),
+            r.revocation_reason, r.revocation_type, r.ownership_type, r.offer_type, r.offer_identifier, r.offer_discount_type,
+            r.app_account_token, r.price, r.currency, r.last_notification_type, r.last_notification_subtype,
+            to_timestamp(r.last_signed_date / 1000.0), r.apple_status, r.state::jsonb, now()
+        FROM jsonb_to_recordset(\(rows)::jsonb) AS r(environment text, bundle_id text, original_transaction_id text, product_id text,
+            subscription_group_id text, status text, expires_at bigint, grace_period_expires_at bigint, auto_renew_status integer,
+            auto_renew_product_id text, billing_issue_since bigint, revocation_date bigint, revocation_reason integer,
+            revocation_type text, ownership_type text, offer_type integer, offer_identifier text, offer_discount_type text,
+            app_account_token text, price bigint, currency text, last_notification_type text, last_notification_subtype text,
+            last_signed_date bigint, apple_status integer, state text)
+        ON CONFLICT (environment, bundle_id, original_transaction_id) DO UPDATE SET
+            product_id = EXCLUDED.product_id, subscription_group_id = EXCLUDED.subscription_group_id, status = EXCLUDED.status,
+            expires_at = EXCLUDED.expires_at, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
+            auto_renew_status = EXCLUDED.auto_renew_status, auto_renew_product_id = EXCLUDED.auto_renew_product_id,
+            billing_issue_since = EXCLUDED.billing_issue_since, revocation_date = EXCLUDED.revocation_date,
+            revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type,
+            ownership_type = EXCLUDED.ownership_type, offer_type = EXCLUDED.offer_type, offer_identifier = EXCLUDED.offer_identifier,
+            offer_discount_type = EXCLUDED.offer_discount_type, app_account_token = EXCLUDED.app_account_token,
+            price = EXCLUDED.price, currency = EXCLUDED.currency, last_notification_type = EXCLUDED.last_notification_type,
+            last_notification_subtype = EXCLUDED.last_notification_subtype, last_signed_date = EXCLUDED.last_signed_date,
+            apple_status = EXCLUDED.apple_status, state = EXCLUDED.state, updated_at = now()
+        WHERE entitlements.last_signed_date < EXCLUDED.last_signed_date
+        """
+    }
+}
+
+extension StoredNotification {
+    /// The subscription (or one-time purchase) this notification concerns, if it carries a transaction.
+    var entitlementKey: EntitlementStore.EntitlementKey? {
+        guard let originalTransactionId = verified.transactionInfo?.model.originalTransactionId else { return nil }
+        return EntitlementStore.EntitlementKey(environment: verified.environment.rawValue, bundleId: verified.bundleId, originalTransactionId: originalTransactionId)
     }
 }

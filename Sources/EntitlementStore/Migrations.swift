@@ -105,5 +105,20 @@ public enum Migrations {
             """,
             "CREATE INDEX transactions_by_subscription ON transactions (original_transaction_id)",
         ]),
+        Migration(version: 2, name: "dead-letter re-drive log", sql: [
+            """
+            CREATE TABLE dead_letter_redrives (
+                dead_letter_topic text NOT NULL,
+                dead_letter_partition integer NOT NULL,
+                dead_letter_offset bigint NOT NULL,
+                error_code text,
+                redriven_to_topic text NOT NULL,
+                redriven_to_partition integer NOT NULL,
+                redriven_to_offset bigint NOT NULL,
+                redriven_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (dead_letter_topic, dead_letter_partition, dead_letter_offset)
+            )
+            """,
+        ]),
     ]
 }

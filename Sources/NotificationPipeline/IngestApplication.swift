@@ -41,16 +41,9 @@ public func buildIngestApplication(
             }
         }
     }
-    router.get("/health/live") { _, _ in HTTPResponse.Status.ok }
-    router.get("/health/ready") { _, _ -> Response in
-        // Ready only while a broker answers: a load balancer then stops sending us what we could not store.
-        if await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) { return Response(status: .ok) }
-        return handler.refuse(.serviceUnavailable, code: "brokerUnavailable", reason: "no Kafka broker answered", count: false)
-    }
-    router.get("/metrics") { _, _ -> Response in
-        var buffer: [UInt8] = []
-        registry.emit(into: &buffer)
-        return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+    // Ready only while a broker answers: a load balancer then stops sending us what we could not store.
+    OperationsRoutes.add(to: router, registry: registry) {
+        await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) ? nil : "no Kafka broker answered"
     }
     return Application(
         router: router,

@@ -62,10 +62,7 @@ public struct IngestConfiguration: Sendable {
 
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
     public var producerConfiguration: KafkaProducerConfiguration {
-        let client = KafkaClientConfiguration(
-            bootstrapServers: kafka.bootstrapServers, clientId: kafka.clientId,
-            statisticsIntervalMilliseconds: kafka.statisticsIntervalMilliseconds, additionalConfig: kafka.additionalConfig)
-        var producer = KafkaProducerConfiguration(client: client)
+        var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
         producer.deliveryTimeoutMilliseconds = produceTimeoutMilliseconds
         producer.lingerMilliseconds = 2
         return producer

@@ -3,6 +3,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import Prometheus
 import ServiceLifecycle
 import Synchronization
 
@@ -24,19 +25,6 @@ public enum DeadLetterHeader {
     public static let attempt = "attempt"
 }
 
-/// The worker's settings.
-public struct WorkerConfiguration: Sendable {
-    public var topic = "appstore.notifications.v2"
-    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
-    public var groupId = "appstore-worker"
-    /// Records per batch (one PostgreSQL transaction each).
-    public var batchSize = 500
-    /// Longest pause between retries of a batch that failed transiently (database or broker away).
-    public var maximumBackoff: Duration = .seconds(30)
-
-    public init() {}
-}
-
 /// Consumes notifications, verifies them, stores entitlement state, dead-letters what can never verify.
 ///
 /// Per batch: verify every record (in parallel, one task per record, sharing the verifier and its chain cache);
@@ -50,22 +38,44 @@ public final class NotificationWorker: Service, Sendable {
     let deadLetters: KafkaProducer
     let store: EntitlementStore
     let verifier: SignedPayloadVerifier
+    let metrics: WorkerMetrics
     let logger: Logger
-    /// Whether the last batch could be stored (for `/health/ready`).
-    let healthy = HealthFlag()
+    /// Whether the last batch could be stored.
+    let healthy = HealthFlag(true)
+    /// Whether start-up (migrations) is done.
+    let started = HealthFlag(false)
 
-    public init(configuration: WorkerConfiguration, consumer: KafkaConsumer, deadLetters: KafkaProducer, store: EntitlementStore, verifier: SignedPayloadVerifier, logger: Logger) {
+    public init(
+        configuration: WorkerConfiguration, consumer: KafkaConsumer, deadLetters: KafkaProducer, store: EntitlementStore,
+        verifier: SignedPayloadVerifier, metrics: WorkerMetrics = WorkerMetrics(registry: PrometheusCollectorRegistry()), logger: Logger
+    ) {
         self.configuration = configuration
         self.consumer = consumer
         self.deadLetters = deadLetters
         self.store = store
         self.verifier = verifier
+        self.metrics = metrics
         self.logger = logger
     }
 
-    public var isHealthy: Bool { healthy.value }
+    /// For `/health/ready`: nil when ready, else why not.
+    public var notReadyReason: String? {
+        if !started.value { return "starting (applying migrations)" }
+        if !healthy.value { return "retrying a transient failure (database or broker unavailable)" }
+        if !consumer.isBrokerReachable { return "no Kafka broker reachable" }
+        return nil
+    }
 
     public func run() async throws {
+        if configuration.migrateAtStart {
+            // The database may come up after us (compose, Kubernetes): retry until it answers.
+            guard await untilDurable("migrations", pausing: false, {
+                let applied = try await store.migrate()
+                logger.info("schema ready", metadata: ["applied": "\(applied)", "version": "\(Migrations.all.last?.version ?? 0)"])
+            }) else { return }
+        }
+        started.set(true)
+        metrics.ready.set(1.0)
         await withGracefulShutdownHandler {
             while !Task.isCancelled, !Task.isShuttingDownGracefully {
                 do {
@@ -86,12 +96,20 @@ public final class NotificationWorker: Service, Sendable {
     /// One batch: dead letters, then the store transaction, then the offsets. Each step is retried until it is
     /// durable (or the process stops) and is never repeated once it succeeded.
     func process(_ batch: [KafkaConsumerMessage]) async {
+        let clock = ContinuousClock()
+        let started = clock.now
         let outcomes = await verify(batch)
+        metrics.verificationDuration.record(clock.now - started)
         var stored: [StoredNotification] = []
         var pendingDeadLetters: [KafkaProducerMessage] = []
         for (message, outcome) in zip(batch, outcomes) {
             switch outcome {
             case .success(let verified):
+                metrics.notificationType(verified.payload.notificationType)
+                for unknown in verified.unknownValues {
+                    metrics.unknownValue(field: unknown.field)
+                    logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(unknown.rawValue)"])
+                }
                 stored.append(
                     StoredNotification(
                         verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
@@ -99,17 +117,35 @@ public final class NotificationWorker: Service, Sendable {
                         receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
             case .failure(let error):
                 pendingDeadLetters.append(deadLetter(message, error))
+                // The reason is logged, never the payload.
+                logger.warning("dead-lettering a record", metadata: [
+                    "code": "\(error.code)", "reason": "\(error.reason)", "partition": "\(message.partition)", "offset": "\(message.offset)",
+                ])
             }
         }
-        // A dead letter the broker acknowledged is never sent again, even if a later one fails.
+        // Sent together, awaited together; one the broker acknowledged is never sent again, even if another fails.
+        let deadLetterCount = pendingDeadLetters.count
         guard await untilDurable("dead letters", {
-            while let letter = pendingDeadLetters.first {
-                _ = try await deadLetters.sendAndAwait(letter)
-                pendingDeadLetters.removeFirst()
+            let producer = deadLetters
+            let letters = pendingDeadLetters
+            let delivered = await withTaskGroup(of: Int?.self) { group in
+                for (index, letter) in letters.enumerated() {
+                    group.addTask { (try? await producer.sendAndAwait(letter)).map { _ in index } }
+                }
+                var delivered: Set<Int> = []
+                for await index in group { if let index { delivered.insert(index) } }
+                return delivered
             }
+            pendingDeadLetters = letters.enumerated().filter { !delivered.contains($0.offset) }.map(\.element)
+            if !pendingDeadLetters.isEmpty { throw DeadLetterNotAcknowledged(count: pendingDeadLetters.count) }
         }) else { return }
+        for outcome in outcomes { if case .failure(let error) = outcome { metrics.deadLettered(code: error.code) } }
+        metrics.records("dead_lettered", deadLetterCount)
         guard await untilDurable("notifications", {
             let result = try await store.store(stored)
+            metrics.records("applied", result.applied)
+            metrics.records("duplicate", result.duplicates)
+            metrics.records("stale", result.stale)
             logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
         }) else { return }
 
@@ -122,13 +158,14 @@ public final class NotificationWorker: Service, Sendable {
             // records and the ledger ignores them: nothing to retry here.
             logger.warning("offsets not stored, the partitions were reassigned; the new owner will skip these as duplicates: \(error)")
         }
+        metrics.batchDuration.record(clock.now - started)
     }
 
     /// Runs `step` until it succeeds; false when the process stops first (the batch is then abandoned
     /// uncommitted and redelivered). While retrying, the assigned partitions are paused; nothing is polled, so no
     /// record can be fetched and lost meanwhile. librdkafka keeps heartbeating; if an outage outlasts
     /// `max.poll.interval.ms`, the member leaves the group and the batch is redelivered to whoever owns it next.
-    func untilDurable(_ what: String, _ step: () async throws -> Void) async -> Bool {
+    func untilDurable(_ what: String, pausing: Bool = true, _ step: () async throws -> Void) async -> Bool {
         var attempt = 0
         var paused: [KafkaTopicPartition] = []
         defer { if !paused.isEmpty { try? consumer.resume(paused) } }
@@ -137,14 +174,17 @@ public final class NotificationWorker: Service, Sendable {
             do {
                 try await step()
                 healthy.set(true)
+                if attempt > 1 { metrics.ready.set(1.0) }
                 return true
             } catch {
                 healthy.set(false)
+                metrics.ready.set(0.0)
+                metrics.retry(step: what)
                 if Task.isCancelled || Task.isShuttingDownGracefully {
                     logger.warning("stopping with \(what) not stored; the batch will be redelivered: \(error)")
                     return false
                 }
-                if paused.isEmpty, let assignment = try? await consumer.assignment() {
+                if pausing, paused.isEmpty, let assignment = try? await consumer.assignment() {
                     try? consumer.pause(assignment)
                     paused = assignment
                 }
@@ -199,9 +239,16 @@ public final class NotificationWorker: Service, Sendable {
     }
 }
 
+/// Some dead letters were not acknowledged by the broker (retried; never skipped).
+struct DeadLetterNotAcknowledged: Error, CustomStringConvertible {
+    var count: Int
+    var description: String { "\(count) dead letter(s) not acknowledged by the broker" }
+}
+
 /// A Bool shared between tasks.
 final class HealthFlag: Sendable {
-    private let storage = Synchronization.Atomic<Bool>(true)
+    private let storage: Synchronization.Atomic<Bool>
+    init(_ value: Bool) { storage = Synchronization.Atomic(value) }
     var value: Bool { storage.load(ordering: .relaxed) }
     func set(_ value: Bool) { storage.store(value, ordering: .relaxed) }
 }

@@ -82,6 +82,98 @@ public enum ChildProcess {
     }
 }
 
+extension ChildProcess {
+    /// Starts the `worker` binary with `environment` added to ours, and waits until its ops server listens on
+    /// `WORKER_OPS_PORT` (which `environment` must set).
+    public static func startWorker(binary: String, environment extra: [String: String]) throws -> Process {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        var environment = ProcessInfo.processInfo.environment
+        environment["LOG_LEVEL"] = "error"
+        environment.merge(extra) { _, new in new }
+        process.environment = environment
+        try process.run()
+        if let port = extra["WORKER_OPS_PORT"].flatMap(Int.init) {
+            for _ in 0..<400 where !TestServices.isListening(port: port) && process.isRunning { usleep(50_000) }
+        }
+        return process
+    }
+
+    /// SIGKILL: no goodbye, no commit, no flush.
+    public static func kill(_ process: Process) {
+        Glibc.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    /// SIGTERM, then wait for the graceful exit (SIGKILL after `timeout` seconds).
+    public static func terminate(_ process: Process, timeout: Double = 30) {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = Date().addingTimeInterval(timeout)
+        while process.isRunning, Date() < deadline { usleep(50_000) }
+        if process.isRunning { kill(process) }
+    }
+}
+
+/// A PostgreSQL cluster of the test's own, which the test may stop and start again (fault tests). Found through
+/// `PIPELINE_PG_BIN` (set by `scripts/services.sh env`); run as the `postgres` user when we are root.
+public final class PrivatePostgres: @unchecked Sendable {
+    public let port: Int
+    public var url: String { "postgres://postgres@127.0.0.1:\(port)/postgres" }
+    private let bin: String
+    private let directory: String
+
+    public init?() {
+        guard let bin = ProcessInfo.processInfo.environment["PIPELINE_PG_BIN"], FileManager.default.isExecutableFile(atPath: bin + "/pg_ctl") else { return nil }
+        self.bin = bin
+        self.port = TestServices.freePort()
+        self.directory = NSTemporaryDirectory() + "pipeline-pg-\(UUID().uuidString)"
+    }
+
+    private func run(_ arguments: [String]) throws {
+        let process = Process()
+        if getuid() == 0 {
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            process.arguments = ["-u", "postgres", "--"] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: arguments[0])
+            process.arguments = Array(arguments.dropFirst())
+        }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw PrivatePostgresError(description: "\(arguments.joined(separator: " ")) exited with \(process.terminationStatus)") }
+    }
+
+    /// Creates the cluster the first time, then starts it and waits until it accepts connections.
+    public func start() throws {
+        if !FileManager.default.fileExists(atPath: directory + "/data/PG_VERSION") {
+            try run(["/bin/mkdir", "-p", directory + "/data", directory + "/sockets"])
+            try run([bin + "/initdb", "-D", directory + "/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
+        }
+        try run([
+            bin + "/pg_ctl", "-D", directory + "/data", "-l", directory + "/log", "-w", "-o",
+            "-c listen_addresses=127.0.0.1 -c port=\(port) -c unix_socket_directories=\(directory)/sockets -c fsync=off -c max_connections=100",
+            "start",
+        ])
+    }
+
+    /// Stops the server at once (`-m immediate`: connections cut, no checkpoint), as a crash would.
+    public func stop() throws {
+        try run([bin + "/pg_ctl", "-D", directory + "/data", "-m", "immediate", "stop"])
+    }
+
+    deinit {
+        try? stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+public struct PrivatePostgresError: Error, CustomStringConvertible {
+    public var description: String
+}
+
 /// A tansu broker of the test's own, which the test may kill and restart (fault tests).
 ///
 /// Persistent brokers store into tansu's s3 engine on a loopback moto server of their own, so topics, records,

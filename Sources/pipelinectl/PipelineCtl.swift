@@ -6,6 +6,13 @@ struct PipelineCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pipelinectl",
         abstract: "Operate the App Store Server Notifications V2 pipeline.",
-        subcommands: [VerifyCommand.self]
+        discussion: """
+            Connection settings come from the services' own environment variables (KAFKA_BOOTSTRAP_SERVERS,
+            KAFKA_CONFIG_*, POSTGRES_URL, NOTIFICATIONS_TOPIC, DEAD_LETTER_TOPIC, WORKER_GROUP_ID); options override them.
+            """,
+        subcommands: [
+            VerifyCommand.self, MigrateCommand.self, EntitlementsCommand.self, TopicsCommand.self, LagCommand.self, ReplayCommand.self,
+            DeadLetterCommand.self,
+        ]
     )
 }

@@ -25,7 +25,8 @@ struct WorkerEndToEndTests {
         var configuration = try PostgresClient.Configuration(url: postgresURL)
         configuration.database = database
         let postgres = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        var worker = WorkerConfiguration()
+        var worker = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [bootstrap], clientId: "worker-test"))
+        worker.migrateAtStart = false
         worker.topic = TestServices.uniqueName("notifications")
         worker.deadLetterTopic = worker.topic + ".dead-letter"
         worker.groupId = TestServices.uniqueName("workers")

@@ -1,0 +1,56 @@
+import Foundation
+import PostgresNIO
+
+/// A dead letter's place in its topic.
+public struct RecordPosition: Sendable, Hashable, Comparable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public static func < (lhs: RecordPosition, rhs: RecordPosition) -> Bool {
+        (lhs.topic, lhs.partition, lhs.offset) < (rhs.topic, rhs.partition, rhs.offset)
+    }
+
+    public var description: String { "\(topic)/\(partition)/\(offset)" }
+}
+
+extension EntitlementStore {
+    /// Migrations not applied yet (all of them on an empty database).
+    public func pendingMigrations() async throws -> [Migrations.Migration] {
+        var exists = false
+        for try await flag in try await client.query("SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger).decode(Bool.self) { exists = flag }
+        guard exists else { return Migrations.all }
+        var applied: Set<Int> = []
+        for try await version in try await client.query("SELECT version FROM schema_migrations", logger: logger).decode(Int.self) { applied.insert(version) }
+        return Migrations.all.filter { !applied.contains($0.version) }
+    }
+
+    /// The dead letters of `topic` already re-driven (so a re-run never re-drives one twice).
+    public func redrivenDeadLetters(topic: String) async throws -> Set<RecordPosition> {
+        var positions: Set<RecordPosition> = []
+        let rows = try await client.query(
+            "SELECT dead_letter_partition, dead_letter_offset FROM dead_letter_redrives WHERE dead_letter_topic = \(topic)", logger: logger)
+        for try await (partition, offset) in rows.decode((Int32, Int64).self) {
+            positions.insert(RecordPosition(topic: topic, partition: partition, offset: offset))
+        }
+        return positions
+    }
+
+    /// Records that the dead letter at `from` was re-published at `to`.
+    public func recordRedrive(from: RecordPosition, errorCode: String?, to: RecordPosition) async throws {
+        try await client.query(
+            """
+            INSERT INTO dead_letter_redrives (dead_letter_topic, dead_letter_partition, dead_letter_offset, error_code,
+                redriven_to_topic, redriven_to_partition, redriven_to_offset)
+            VALUES (\(from.topic), \(from.partition), \(from.offset), \(errorCode), \(to.topic), \(to.partition), \(to.offset))
+            ON CONFLICT DO NOTHING
+            """,
+            logger: logger)
+    }
+}

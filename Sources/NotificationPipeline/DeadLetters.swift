@@ -1,0 +1,70 @@
+import EntitlementStore
+import Foundation
+import KafkaClient
+import Logging
+
+/// A record of the dead-letter topic, with what its headers say.
+public struct DeadLetter: Sendable {
+    public var record: KafkaConsumerMessage
+    public var errorCode: String
+    public var errorReason: String
+    public var errorCause: String?
+    public var original: RecordPosition?
+    /// When the worker dead-lettered it (ms since 1970).
+    public var failedAt: Int64?
+    /// Earlier re-drives of this payload (each one that failed again added a dead letter).
+    public var redriveCount: Int
+
+    public init(_ record: KafkaConsumerMessage) {
+        self.record = record
+        let headers = record.headers
+        errorCode = headers.string(DeadLetterHeader.errorCode) ?? "unknown"
+        errorReason = headers.string(DeadLetterHeader.errorReason) ?? ""
+        errorCause = headers.string(DeadLetterHeader.errorCause)
+        if let topic = headers.string(DeadLetterHeader.originalTopic), let partition = headers.string(DeadLetterHeader.originalPartition).flatMap(Int32.init),
+           let offset = headers.string(DeadLetterHeader.originalOffset).flatMap(Int64.init) {
+            original = RecordPosition(topic: topic, partition: partition, offset: offset)
+        }
+        failedAt = headers.string(DeadLetterHeader.failedAt).flatMap(Int64.init)
+        redriveCount = headers.string(RedriveHeader.count).flatMap(Int.init) ?? 0
+    }
+
+    public var position: RecordPosition { RecordPosition(topic: record.topic, partition: record.partition, offset: record.offset) }
+
+    /// When it was dead-lettered: the failed-at header, else the record's timestamp.
+    public var time: Int64 { failedAt ?? record.timestamp ?? 0 }
+}
+
+/// Headers a re-driven record carries.
+public enum RedriveHeader {
+    /// `topic/partition/offset` of the dead letter it was re-driven from.
+    public static let from = "redriven-from"
+    /// When (ms since 1970).
+    public static let at = "redriven-at"
+    /// How many times this payload was re-driven.
+    public static let count = "redrive-count"
+}
+
+public enum DeadLetterOperations {
+    /// The dead letters matching the filters, oldest first.
+    public static func list(_ records: [KafkaConsumerMessage], since: Int64?, errorCode: String?) -> [DeadLetter] {
+        records.map(DeadLetter.init)
+            .filter { letter in (since.map { letter.time >= $0 } ?? true) && (errorCode.map { letter.errorCode == $0 } ?? true) }
+            .sorted { ($0.time, $0.position) < ($1.time, $1.position) }
+    }
+
+    /// The record to re-publish: value and key unchanged, ingest's headers kept, the worker's error headers
+    /// dropped (a new failure adds fresh ones), and the re-drive recorded.
+    public static func redriveRecord(_ letter: DeadLetter, to topic: String, now: Int64) -> KafkaProducerMessage {
+        let dropped = Set([
+            DeadLetterHeader.errorCode, DeadLetterHeader.errorReason, DeadLetterHeader.errorCause, DeadLetterHeader.originalTopic,
+            DeadLetterHeader.originalPartition, DeadLetterHeader.originalOffset, DeadLetterHeader.originalTimestamp, DeadLetterHeader.consumerGroup,
+            DeadLetterHeader.failedAt, DeadLetterHeader.attempt, RedriveHeader.from, RedriveHeader.at, RedriveHeader.count,
+        ])
+        var headers = letter.record.headers.filter { !dropped.contains($0.key) }
+        headers.append(KafkaHeader(key: RedriveHeader.from, string: letter.position.description))
+        headers.append(KafkaHeader(key: RedriveHeader.at, string: String(now)))
+        headers.append(KafkaHeader(key: RedriveHeader.count, string: String(letter.redriveCount + 1)))
+        return KafkaProducerMessage(topic: topic, key: letter.record.key, value: letter.record.value, headers: headers)
+    }
+}

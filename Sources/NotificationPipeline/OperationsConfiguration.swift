@@ -1,0 +1,89 @@
+import EntitlementStore
+import Foundation
+import KafkaClient
+import Logging
+import PostgresNIO
+
+/// What `pipelinectl` reads from the environment: the same variables the services read, so an operator runs it
+/// with the deployment's own ConfigMap/Secret (command-line options override).
+public struct OperationsConfiguration: Sendable {
+    /// `NOTIFICATIONS_TOPIC`
+    public var topic = "appstore.notifications.v2"
+    /// `DEAD_LETTER_TOPIC` (default: the topic + `.dead-letter`)
+    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    /// `WORKER_GROUP_ID`: the group `replay` and `lag` default to.
+    public var groupId = "appstore-worker"
+    /// `TOPIC_PARTITIONS`: partitions of the notifications topic; the most workers that can share the load.
+    public var partitions: Int32 = 12
+    /// `TOPIC_REPLICATION_FACTOR`: 3 on a production cluster; 1 for a single local broker.
+    public var replicationFactor: Int32 = 3
+    /// `TOPIC_RETENTION_DAYS`: how long notifications stay replayable. At least 14 days: longer than Apple's
+    /// ~6.5-day retry window, so an outage of the database or the workers can always be replayed.
+    public var retentionDays = 14
+    /// `DEAD_LETTER_RETENTION_DAYS`: dead letters wait this long for a fix and a re-drive.
+    public var deadLetterRetentionDays = 90
+    /// `KAFKA_*`, when set.
+    public var kafka: KafkaClientConfigurationValues?
+    /// `POSTGRES_URL`, when set.
+    public var postgresURL: String?
+
+    public init() {}
+
+    public static let environmentKeys = [
+        "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
+        "DEAD_LETTER_RETENTION_DAYS", "POSTGRES_URL",
+    ] + KafkaEnvironment.keys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
+        var configuration = OperationsConfiguration()
+        configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
+        configuration.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: configuration.topic + ".dead-letter")
+        configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
+        configuration.partitions = Int32(try environment.int("TOPIC_PARTITIONS", default: Int(configuration.partitions), range: 1...10_000))
+        configuration.replicationFactor = Int32(try environment.int("TOPIC_REPLICATION_FACTOR", default: Int(configuration.replicationFactor), range: 1...16))
+        configuration.retentionDays = try environment.int("TOPIC_RETENTION_DAYS", default: configuration.retentionDays, range: 7...3_650)
+        configuration.deadLetterRetentionDays = try environment.int("DEAD_LETTER_RETENTION_DAYS", default: configuration.deadLetterRetentionDays, range: 7...3_650)
+        if environment.optionalString("KAFKA_BOOTSTRAP_SERVERS") != nil {
+            configuration.kafka = try KafkaEnvironment.client(environment, defaultClientId: "pipelinectl")
+        }
+        configuration.postgresURL = environment.optionalString("POSTGRES_URL")
+        return configuration
+    }
+
+    /// The Kafka settings, or an error naming the variable.
+    public func requireKafka() throws(ConfigurationError) -> KafkaClientConfiguration {
+        guard let kafka else { throw ConfigurationError(variable: "KAFKA_BOOTSTRAP_SERVERS", reason: "is required (or --bootstrap-servers)") }
+        return kafka.clientConfiguration
+    }
+
+    /// The topics `topics ensure` creates: notifications, and the dead-letter topic (fewer partitions, longer retention).
+    public var topicSpecifications: [KafkaAdminClient.TopicSpecification] {
+        let day: Int64 = 86_400_000
+        return [
+            .init(name: topic, partitions: partitions, replicationFactor: replicationFactor, config: [
+                "retention.ms": String(Int64(retentionDays) * day), "cleanup.policy": "delete",
+                "min.insync.replicas": String(min(2, replicationFactor)),
+            ]),
+            .init(name: deadLetterTopic, partitions: min(partitions, 3), replicationFactor: replicationFactor, config: [
+                "retention.ms": String(Int64(deadLetterRetentionDays) * day), "cleanup.policy": "delete",
+                "min.insync.replicas": String(min(2, replicationFactor)),
+            ]),
+        ]
+    }
+
+    /// Runs `body` with an `EntitlementStore` on a running pool of one connection.
+    public func withStore<T: Sendable>(logger: Logger, _ body: @Sendable (EntitlementStore) async throws -> T) async throws -> T {
+        guard let postgresURL else { throw ConfigurationError(variable: "POSTGRES_URL", reason: "is required (or --postgres-url)") }
+        var configuration = try PostgresClient.Configuration(url: postgresURL)
+        configuration.options.maximumConnections = 2
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(EntitlementStore(client: client, logger: logger))
+        }
+    }
+}

@@ -1,0 +1,28 @@
+import AppStoreNotifications
+import Hummingbird
+import Prometheus
+
+/// The routes every process serves for its orchestrator and its Prometheus.
+public enum OperationsRoutes {
+    public static let live = "/health/live"
+    public static let ready = "/health/ready"
+    public static let metrics = "/metrics"
+
+    /// `/health/live` (200 while the process serves HTTP), `/health/ready` (200, or 503 with
+    /// `{"error": "notReady", "reason": ...}` while `notReadyReason` gives one) and `/metrics` (Prometheus text).
+    static func add<Context: RequestContext>(
+        to router: Router<Context>, registry: PrometheusCollectorRegistry, notReadyReason: @escaping @Sendable () async -> String?
+    ) {
+        router.get(RouterPath(live)) { _, _ in HTTPResponse.Status.ok }
+        router.get(RouterPath(ready)) { _, _ -> Response in
+            guard let reason = await notReadyReason() else { return Response(status: .ok) }
+            let body = JSONObject(["error": .string("notReady"), "reason": .string(reason)]).serialized
+            return Response(status: .serviceUnavailable, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        router.get(RouterPath(metrics)) { _, _ -> Response in
+            var buffer: [UInt8] = []
+            registry.emit(into: &buffer)
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
+        }
+    }
+}

@@ -1,0 +1,43 @@
+import AppStoreNotifications
+import EntitlementStore
+import Hummingbird
+import KafkaClient
+import Logging
+import PostgresNIO
+import Prometheus
+import ServiceLifecycle
+
+/// The worker process's services, in dependency order (a ServiceGroup shuts them down in reverse: the ops server,
+/// then the worker finishes its batch, then the consumer commits and leaves the group, then the dead-letter
+/// producer flushes, then the database pool closes).
+public struct WorkerServices: Sendable {
+    public let services: [any Service]
+    public let worker: NotificationWorker
+}
+
+/// Builds the worker: PostgreSQL pool, dead-letter producer, consumer, the `NotificationWorker`, and the ops HTTP
+/// server (`/health/live`, `/health/ready`, `/metrics`). Fails (naming the setting) if a configured root cannot
+/// be read or a client cannot be created.
+public func buildWorkerServices(
+    configuration: WorkerConfiguration,
+    registry: PrometheusCollectorRegistry,
+    logger: Logger,
+    onOpsServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+) throws -> WorkerServices {
+    let verifier = try SignedPayloadVerifier(configuration: try configuration.verifierConfiguration())
+    let postgres = PostgresClient(configuration: try configuration.postgresConfiguration(), backgroundLogger: logger)
+    let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
+    let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
+    let worker = NotificationWorker(
+        configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: EntitlementStore(client: postgres, logger: logger),
+        verifier: verifier, metrics: WorkerMetrics(registry: registry), logger: logger)
+
+    let router = Router()
+    OperationsRoutes.add(to: router, registry: registry) { worker.notReadyReason }
+    let ops = Application(
+        router: router,
+        configuration: .init(address: .hostname(configuration.opsHost, port: configuration.opsPort), serverName: "appstore-worker"),
+        onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
+        logger: logger)
+    return WorkerServices(services: [postgres, deadLetters, consumer, worker, ops], worker: worker)
+}

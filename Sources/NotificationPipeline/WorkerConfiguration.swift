@@ -1,0 +1,157 @@
+import AppStoreNotifications
+import EntitlementStore
+import Foundation
+import KafkaClient
+import PostgresNIO
+
+/// Everything the worker is configured with. Read from the environment by `fromEnvironment`.
+public struct WorkerConfiguration: Sendable {
+    /// `NOTIFICATIONS_TOPIC`: the topic ingest produces to.
+    public var topic = "appstore.notifications.v2"
+    /// `DEAD_LETTER_TOPIC`: where permanently failing records go (default: the topic + `.dead-letter`).
+    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    /// `WORKER_GROUP_ID`: the consumer group every worker of a deployment shares.
+    public var groupId = "appstore-worker"
+    /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each).
+    public var batchSize = 500
+    /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
+    public var maximumBackoff: Duration = .seconds(30)
+    /// `WORKER_MIGRATE`: apply pending schema migrations at start (under the advisory lock). Turn off when a
+    /// separate migrate job (`pipelinectl migrate`) owns the schema.
+    public var migrateAtStart = true
+    /// `WORKER_OPS_HOST` / `WORKER_OPS_PORT`: where `/health/live`, `/health/ready` and `/metrics` are served.
+    public var opsHost = "0.0.0.0"
+    public var opsPort = 8081
+    /// `POSTGRES_URL` (required): `postgres://user[:password]@host[:port]/database`.
+    public var postgresURL = ""
+    /// `POSTGRES_POOL_SIZE`: connections per worker process.
+    public var postgresPoolSize = 4
+    /// `APPS` (required): the apps whose notifications are accepted, comma-separated
+    /// `bundleId[:appAppleId][@Environment+Environment]`, e.g. `com.example.app:1234567890@Production+Sandbox`.
+    /// Without environments an app is accepted in Production and Sandbox; Production requires the App Apple ID.
+    public var apps: [AppIdentity] = []
+    /// `TRUSTED_ROOTS`: comma-separated root certificates: `apple` (the embedded Apple Root CA - G3) and/or
+    /// paths of PEM or DER files. Default `apple`. Anything else is for tests and the demo only.
+    public var trustedRoots: [String] = ["apple"]
+    /// Kafka connection settings (`KAFKA_*`).
+    public var kafka: KafkaClientConfigurationValues
+
+    public init(kafka: KafkaClientConfigurationValues) {
+        self.kafka = kafka
+    }
+
+    /// The environment variables the worker reads (for documentation and the deployment consistency check).
+    public static let environmentKeys = [
+        "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_MIGRATE",
+        "WORKER_OPS_HOST", "WORKER_OPS_PORT", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
+    ] + KafkaEnvironment.keys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
+        var configuration = WorkerConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-worker"))
+        configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
+        configuration.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: configuration.topic + ".dead-letter")
+        configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
+        configuration.batchSize = try environment.int("WORKER_BATCH_SIZE", default: configuration.batchSize, range: 1...10_000)
+        configuration.maximumBackoff = .milliseconds(try environment.int("WORKER_MAX_BACKOFF_MS", default: 30_000, range: 100...600_000))
+        configuration.migrateAtStart = try environment.bool("WORKER_MIGRATE", default: configuration.migrateAtStart)
+        configuration.opsHost = environment.string("WORKER_OPS_HOST", default: configuration.opsHost)
+        configuration.opsPort = try environment.int("WORKER_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.postgresURL = try environment.required("POSTGRES_URL")
+        do {
+            _ = try PostgresClient.Configuration(url: configuration.postgresURL)
+        } catch {
+            throw ConfigurationError(variable: "POSTGRES_URL", reason: "\(error)")
+        }
+        configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
+        configuration.apps = try Self.parseApps(try environment.required("APPS"))
+        configuration.trustedRoots = environment.list("TRUSTED_ROOTS", default: configuration.trustedRoots)
+        return configuration
+    }
+
+    /// `bundleId[:appAppleId][@Environment+Environment]`, comma-separated.
+    public static func parseApps(_ text: String) throws(ConfigurationError) -> [AppIdentity] {
+        var apps: [AppIdentity] = []
+        for entry in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !entry.isEmpty {
+            let parts = entry.split(separator: "@", maxSplits: 1).map(String.init)
+            let identity = parts[0].split(separator: ":", maxSplits: 1).map(String.init)
+            guard let bundleId = identity.first, !bundleId.isEmpty else {
+                throw ConfigurationError(variable: "APPS", reason: "\"\(entry)\" has no bundle id")
+            }
+            var appAppleId: Int64?
+            if identity.count == 2 {
+                guard let id = Int64(identity[1]), id > 0 else { throw ConfigurationError(variable: "APPS", reason: "\"\(identity[1])\" in \"\(entry)\" is not an App Apple ID") }
+                appAppleId = id
+            }
+            var environments: Set<AppStoreNotifications.Environment> = [.production, .sandbox]
+            if parts.count == 2 {
+                environments = []
+                for name in parts[1].split(separator: "+") {
+                    guard let environment = AppStoreNotifications.Environment(rawValue: String(name)), environment.isSignedByApple else {
+                        throw ConfigurationError(variable: "APPS", reason: "\"\(name)\" in \"\(entry)\" is not Production or Sandbox (Xcode and LocalTesting data is not signed by Apple)")
+                    }
+                    environments.insert(environment)
+                }
+            }
+            if environments.contains(.production) && appAppleId == nil {
+                throw ConfigurationError(variable: "APPS", reason: "\"\(entry)\" accepts Production, which needs the App Apple ID (bundleId:appAppleId), as Apple's library requires")
+            }
+            apps.append(AppIdentity(bundleId: bundleId, appAppleId: appAppleId, environments: environments))
+        }
+        guard !apps.isEmpty else { throw ConfigurationError(variable: "APPS", reason: "names no app") }
+        return apps
+    }
+
+    /// The verifier's settings: the configured apps and roots (file contents read here, so a bad file fails start-up).
+    public func verifierConfiguration() throws(ConfigurationError) -> SignedPayloadVerifier.Configuration {
+        var roots: [[UInt8]] = []
+        for entry in trustedRoots {
+            do {
+                if entry.lowercased() == "apple" {
+                    roots.append(try AppleRootCertificate.derBytes)
+                } else {
+                    guard let data = FileManager.default.contents(atPath: entry) else {
+                        throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "cannot read \(entry)")
+                    }
+                    roots += try TrustAnchorLoader.certificates(in: [UInt8](data))
+                }
+            } catch let error as ConfigurationError {
+                throw error
+            } catch {
+                throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "\(entry): \(error)")
+            }
+        }
+        do {
+            return try SignedPayloadVerifier.Configuration(apps: apps, trustedRoots: roots)
+        } catch {
+            throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "\(error)")
+        }
+    }
+
+    /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
+    public var consumerConfiguration: KafkaConsumerConfiguration {
+        KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
+    }
+
+    /// The dead-letter producer: durable (acks=all, idempotent), like ingest's.
+    public var deadLetterProducerConfiguration: KafkaProducerConfiguration {
+        var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
+        producer.deliveryTimeoutMilliseconds = 30_000
+        return producer
+    }
+
+    /// The PostgreSQL pool.
+    public func postgresConfiguration() throws -> PostgresClient.Configuration {
+        var configuration = try PostgresClient.Configuration(url: postgresURL)
+        configuration.options.maximumConnections = postgresPoolSize
+        return configuration
+    }
+}
+
+extension KafkaClientConfigurationValues {
+    /// As the Kafka client's configuration.
+    public var clientConfiguration: KafkaClientConfiguration {
+        KafkaClientConfiguration(
+            bootstrapServers: bootstrapServers, clientId: clientId, statisticsIntervalMilliseconds: statisticsIntervalMilliseconds,
+            additionalConfig: additionalConfig)
+    }
+}

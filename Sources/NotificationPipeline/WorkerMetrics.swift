@@ -1,0 +1,67 @@
+import AppStoreNotifications
+import Prometheus
+
+/// What the worker exports on `/metrics`. Labels are bounded: outcome, error code, known notification type (or
+/// `unknown`), field name; never an id or a raw value.
+public struct WorkerMetrics: Sendable {
+    let registry: PrometheusCollectorRegistry
+    let batchDuration: DurationHistogram
+    let verificationDuration: DurationHistogram
+    let ready: Gauge
+
+    public init(registry: PrometheusCollectorRegistry) {
+        self.registry = registry
+        let buckets: [Duration] = [
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
+            .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30),
+        ]
+        batchDuration = registry.makeDurationHistogram(
+            descriptor: .init(metricName: "worker_batch_duration", unitName: "seconds", helpText: "Time from a batch polled to its offsets stored"),
+            buckets: buckets)
+        verificationDuration = registry.makeDurationHistogram(
+            descriptor: .init(metricName: "worker_verification_duration", unitName: "seconds", helpText: "Time to verify a batch (all records, in parallel)"),
+            buckets: buckets)
+        ready = registry.makeGauge(descriptor: .init(metricName: "worker_ready", unitName: "", helpText: "1 while batches are being stored, 0 while retrying a transient failure"))
+    }
+
+    /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.
+    func records(_ outcome: String, _ count: Int) {
+        guard count > 0 else { return }
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_notifications", unitName: "total", helpText: "Notifications processed, by outcome"),
+            labels: [("outcome", outcome)]
+        ).increment(by: Int64(count))
+    }
+
+    /// A verified notification by type (`unknown` for a type this version does not know).
+    func notificationType(_ type: NotificationTypeV2?) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_notification_types", unitName: "total", helpText: "Verified notifications by notificationType"),
+            labels: [("type", type?.rawValue ?? "unknown")]
+        ).increment()
+    }
+
+    /// A raw value no enum case matches: kept and processed, counted here.
+    func unknownValue(field: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_unknown_values", unitName: "total", helpText: "Enum-like fields with a value this version does not know, by field"),
+            labels: [("field", field)]
+        ).increment()
+    }
+
+    /// A dead letter, by verification error code.
+    func deadLettered(code: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_dead_letters", unitName: "total", helpText: "Records dead-lettered, by error code"),
+            labels: [("code", code)]
+        ).increment()
+    }
+
+    /// A transient failure that is being retried, by step (`dead letters`, `notifications`).
+    func retry(step: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_retries", unitName: "total", helpText: "Transient failures retried, by step"),
+            labels: [("step", step.replacingOccurrences(of: " ", with: "_"))]
+        ).increment()
+    }
+}

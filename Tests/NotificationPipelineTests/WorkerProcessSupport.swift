@@ -1,0 +1,167 @@
+import AppStoreNotifications
+import Foundation
+import KafkaClient
+import Logging
+import NotificationPipeline
+import PostgresNIO
+import TestSupport
+import Testing
+
+/// A topic pair, a stream of signed notifications in it, and `worker` processes to run against it.
+final class WorkerProcessFixture: @unchecked Sendable {
+    let bootstrap: String
+    let topic = TestServices.uniqueName("notifications")
+    var deadLetterTopic: String { topic + ".dead-letter" }
+    let directory = NSTemporaryDirectory() + "worker-fixture-\(UUID().uuidString)"
+    var rootFile: String { directory + "/test-root.pem" }
+    let minter: NotificationMinter
+    static let apps = "com.example.pipeline.app:1234567890"
+    let binary = repositoryRoot.appendingPathComponent(".build/debug/worker").path
+
+    init(bootstrap: String) throws {
+        self.bootstrap = bootstrap
+        let authority = try TestCertificateAuthority()
+        minter = NotificationMinter(chain: try authority.issueChain())
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try (try authority.rootCertificate.serializeAsPEM().pemString + "\n").write(toFile: rootFile, atomically: true, encoding: .utf8)
+    }
+
+    /// A second topic pair signed by the same chain (and trusting the same root).
+    init(bootstrap: String, sharing other: WorkerProcessFixture) throws {
+        self.bootstrap = bootstrap
+        minter = other.minter
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: other.rootFile, toPath: rootFile)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: directory) }
+
+    func createTopics(partitions: Int32) async throws {
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: partitions), .init(name: deadLetterTopic, partitions: 1)])
+        for _ in 0..<50 where try await admin.listTopics()[topic] != Int(partitions) { try await Task.sleep(for: .milliseconds(100)) }
+        await admin.close()
+    }
+
+    /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), concurrently in chunks.
+    func produce(_ payloads: [String]) async throws {
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
+        let topic = self.topic
+        for start in stride(from: 0, to: payloads.count, by: 200) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for payload in payloads[start..<min(start + 200, payloads.count)] {
+                    group.addTask {
+                        let record = KafkaProducerMessage(
+                            topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
+                            headers: [KafkaHeader(key: NotificationRecordHeader.receivedAt, string: "1780000000000")], timestamp: 1_780_000_000_000)
+                        _ = try await producer.sendAndAwait(record)
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        await producer.close()
+    }
+
+    /// A worker process for `group` writing to `postgresURL`; returns it and its ops port.
+    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil) throws -> (process: Process, opsPort: Int) {
+        let port = TestServices.freePort()
+        let process = try ChildProcess.startWorker(binary: binary, environment: [
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": deadLetterTopic, "WORKER_GROUP_ID": group,
+            "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
+            "WORKER_BATCH_SIZE": "100", "WORKER_MAX_BACKOFF_MS": "2000",
+            // Fast group joins and failure detection on the test broker.
+            "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
+        ])
+        return (process, port)
+    }
+
+    /// The group's total lag on the topic (nil while the group has no committed offsets yet).
+    func lag(group: String) async throws -> Int64? {
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+        let description: KafkaAdminClient.GroupDescription
+        do {
+            description = try await admin.describeGroup(group, topics: [topic])
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+        guard description.positions.contains(where: { $0.committed != nil }) else { return nil }
+        return description.positions.reduce(0) { $0 + $1.lag }
+    }
+
+    /// The dead letters written for `group`.
+    func deadLetters(group: String) async throws -> [DeadLetter] {
+        try await TopicReader.readAll(deadLetterTopic, client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+            .map(DeadLetter.init).filter { $0.record.headers.string(DeadLetterHeader.consumerGroup) == group }
+    }
+}
+
+/// What a database holds, minus what legitimately differs between runs (storage times).
+struct DatabaseDigest: Equatable, CustomStringConvertible {
+    var ledger: Int
+    var notifications: String
+    var transactions: String
+    var entitlements: String
+    var description: String { "ledger \(ledger), notifications \(notifications.prefix(8)), transactions \(transactions.prefix(8)), entitlements \(entitlements.prefix(8))" }
+}
+
+enum TestDatabase {
+    /// Creates database `name` on the cluster of `baseURL` and returns its URL.
+    static func create(_ name: String, on baseURL: String) async throws -> String {
+        _ = try await with(baseURL) { client in
+            try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: ingestTestLogger)
+        }
+        return String(baseURL[..<baseURL.lastIndex(of: "/")!]) + "/" + name
+    }
+
+    static func with<T: Sendable>(_ url: String, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
+        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: ingestTestLogger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(client)
+        }
+    }
+
+    /// Notifications in the ledger (0 before the worker migrated).
+    static func ledgerCount(_ url: String) async -> Int {
+        (try? await with(url) { client in
+            for try await count in try await client.query("SELECT count(*)::int FROM notification_ledger", logger: ingestTestLogger).decode(Int.self) { return count }
+            return 0
+        }) ?? 0
+    }
+
+    static func digest(_ url: String) async throws -> DatabaseDigest {
+        try await with(url) { client in
+            let rows = try await client.query(
+                """
+                SELECT (SELECT count(*)::int FROM notification_ledger),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at')::text AS x FROM notifications n) s),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at')::text AS x FROM entitlements e) s)
+                """,
+                logger: ingestTestLogger)
+            for try await (ledger, notifications, transactions, entitlements) in rows.decode((Int, String, String, String).self) {
+                return DatabaseDigest(ledger: ledger, notifications: notifications, transactions: transactions, entitlements: entitlements)
+            }
+            throw PostgresDigestMissing()
+        }
+    }
+
+    struct PostgresDigestMissing: Error {}
+
+    /// Waits until the ledger holds `count` notifications; false on timeout.
+    static func waitForLedger(_ url: String, count: Int, timeout: Duration = .seconds(180), while condition: () -> Bool = { true }) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline, condition() {
+            if await ledgerCount(url) >= count { return true }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        return await ledgerCount(url) >= count
+    }
+}
