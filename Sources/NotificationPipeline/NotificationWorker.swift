@@ -158,6 +158,9 @@ public final class NotificationWorker: Service, Sendable {
             // records and the ledger ignores them: nothing to retry here.
             logger.warning("offsets not stored, the partitions were reassigned; the new owner will skip these as duplicates: \(error)")
         }
+        for (partition, offset) in next {
+            if let high = consumer.cachedHighWatermark(partition) { metrics.lag(partition: partition, records: max(0, high - offset)) }
+        }
         metrics.batchDuration.record(clock.now - started)
     }
 

@@ -31,7 +31,7 @@ public struct OperationsConfiguration: Sendable {
 
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
-        "DEAD_LETTER_RETENTION_DAYS", "POSTGRES_URL",
+        "DEAD_LETTER_RETENTION_DAYS", "POSTGRES_URL", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {

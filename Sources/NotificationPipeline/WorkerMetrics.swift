@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import KafkaClient
 import Prometheus
 
 /// What the worker exports on `/metrics`. Labels are bounded: outcome, error code, known notification type (or
@@ -63,5 +64,15 @@ public struct WorkerMetrics: Sendable {
             descriptor: .init(metricName: "worker_retries", unitName: "total", helpText: "Transient failures retried, by step"),
             labels: [("step", step.replacingOccurrences(of: " ", with: "_"))]
         ).increment()
+    }
+
+    /// Records behind the end of a partition this member consumes, after its last stored batch (from librdkafka's
+    /// cached high watermark). Summed over partitions it is the group's backlog; a partition that moved to
+    /// another member keeps its last value here until that member reports it.
+    func lag(partition: KafkaTopicPartition, records: Int64) {
+        registry.makeGauge(
+            descriptor: .init(metricName: "worker_consumer_lag", unitName: "records", helpText: "Records behind the partition's end after the last stored batch"),
+            labels: [("topic", partition.topic), ("partition", String(partition.partition))]
+        ).set(Double(records))
     }
 }

@@ -1,0 +1,264 @@
+import Foundation
+import KafkaClient
+import Prometheus
+import Testing
+
+@testable import NotificationPipeline
+
+/// No Docker engine or Kubernetes cluster exists where the tests run, so the deployment files are checked
+/// against the code instead: every variable they set is one the process reads, every command names one of our
+/// executables (and a pipelinectl subcommand that exists), every port is the one the process listens on, every
+/// probe and scrape path is one of the services' routes, and every metric the dashboard plots is exported.
+@Suite("Deployment files match the services")
+struct DeploymentConsistencyTests {
+    /// The executables the image holds, and the environment variables each reads.
+    static let processes: [String: [String]] = [
+        "ingest": IngestConfiguration.environmentKeys,
+        "worker": WorkerConfiguration.environmentKeys,
+        "pipelinectl": OperationsConfiguration.environmentKeys,
+    ]
+    static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
+    static let defaultIngestPort = IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).port
+    static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
+
+    static func reads(_ process: String, _ variable: String) -> Bool {
+        (processes[process] ?? []).contains { key in
+            key.hasSuffix("*") ? variable.hasPrefix(key.dropLast()) && variable.count > key.count - 1 : key == variable
+        }
+    }
+
+    /// The executables a container command runs (`["worker"]`, or each step of `sh -c "a && b"`), with their arguments.
+    static func invocations(_ command: [String]) -> [[String]] {
+        if command.count == 3, command[0] == "sh", command[1] == "-c" {
+            return command[2].components(separatedBy: "&&").map { $0.split(separator: " ").map(String.init) }
+        }
+        return [command]
+    }
+
+    /// A pipelinectl invocation must name a real subcommand path: `--help` of it succeeds.
+    static func checkPipelinectl(_ arguments: [String], in file: String) throws {
+        let binary = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl").path
+        try #require(FileManager.default.isExecutableFile(atPath: binary), "build pipelinectl first (scripts/test.sh does)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = Array(arguments.dropFirst().prefix { !$0.hasPrefix("-") }) + ["--help"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(file): `\(arguments.joined(separator: " "))` is not a pipelinectl command")
+    }
+
+    /// `http://localhost:8080/health/ready` → (8080, "/health/ready").
+    static func portAndPath(ofURL text: String) -> (Int, String)? {
+        guard let url = URL(string: text), let port = url.port else { return nil }
+        return (port, url.path)
+    }
+
+    // MARK: - docker-compose.yml
+
+    @Test("docker-compose.yml: variables, executables, ports, health checks and scrape targets")
+    func compose() throws {
+        let compose = try #require(try YAMLFile.load("docker-compose.yml").first as? [String: Any])
+        let services = try #require(compose["services"] as? [String: [String: Any]])
+        var portOf: [String: Int] = [:]
+        var ours = 0
+        for (name, service) in services.sorted(by: { $0.key < $1.key }) where service["build"] != nil {
+            ours += 1
+            let command = try #require(service["command"] as? [String], "\(name) has no command")
+            let environment = service["environment"] as? [String: Any] ?? [:]
+            let runs = Self.invocations(command)
+            for invocation in runs {
+                let executable = try #require(invocation.first)
+                #expect(Self.processes[executable] != nil, "compose service \(name) runs \(executable), which the image does not hold")
+                if executable == "pipelinectl" { try Self.checkPipelinectl(invocation, in: "docker-compose.yml \(name)") }
+            }
+            for variable in environment.keys.sorted() {
+                #expect(runs.contains { Self.reads($0[0], variable) }, "compose service \(name) sets \(variable), which \(runs.map { $0[0] }) never read")
+            }
+            let executable = runs[0][0]
+            let port: Int? = switch executable {
+            case "ingest": (environment["INGEST_PORT"] as? String).flatMap(Int.init) ?? Self.defaultIngestPort
+            case "worker": (environment["WORKER_OPS_PORT"] as? String).flatMap(Int.init) ?? Self.defaultWorkerPort
+            default: nil
+            }
+            if let port { portOf[name] = port }
+            for published in service["ports"] as? [String] ?? [] {
+                #expect(published.split(separator: ":").last.flatMap { Int($0) } == port, "\(name) publishes \(published) but listens on \(port.map(String.init) ?? "nothing")")
+            }
+            if let check = (service["healthcheck"] as? [String: Any])?["test"] as? [String], let url = check.first(where: { $0.hasPrefix("http") }) {
+                let target = try #require(Self.portAndPath(ofURL: url))
+                #expect(target.0 == port, "\(name)'s health check calls port \(target.0), the process listens on \(port.map(String.init) ?? "nothing")")
+                #expect([OperationsRoutes.live, OperationsRoutes.ready].contains(target.1), "\(name)'s health check calls \(target.1), not a health route")
+            }
+        }
+        #expect(ours == 3, "migrate, ingest and worker are built from the image")
+        #expect((services["worker"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 3)
+
+        // Prometheus scrapes each of our services on its port and metrics path.
+        let prometheus = try #require(try YAMLFile.load("deploy/prometheus/prometheus.yml").first as? [String: Any])
+        let jobs = try #require(prometheus["scrape_configs"] as? [[String: Any]])
+        var scraped: Set<String> = []
+        for job in jobs {
+            #expect(job["metrics_path"] as? String == OperationsRoutes.metrics)
+            for discovery in job["dns_sd_configs"] as? [[String: Any]] ?? [] {
+                for name in discovery["names"] as? [String] ?? [] {
+                    scraped.insert(name)
+                    #expect(discovery["port"] as? Int == portOf[name], "Prometheus scrapes \(name) on \(discovery["port"] ?? "?"), it serves /metrics on \(portOf[name].map(String.init) ?? "nothing")")
+                }
+            }
+        }
+        #expect(scraped == Set(portOf.keys), "every service with /metrics is scraped")
+    }
+
+    // MARK: - Kubernetes
+
+    @Test("Kubernetes manifests: variables, executables, ports, probes, scaling objects")
+    func kubernetes() throws {
+        let directory = "deploy/kubernetes"
+        let files = try FileManager.default.contentsOfDirectory(atPath: repositoryRoot.appendingPathComponent(directory).path)
+            .filter { $0.hasSuffix(".yaml") && $0 != "kustomization.yaml" }.sorted()
+        var objects: [[String: Any]] = []
+        for file in files { objects += try YAMLFile.load("\(directory)/\(file)").compactMap { $0 as? [String: Any] } }
+        func named(_ kind: String) -> [[String: Any]] { objects.filter { $0["kind"] as? String == kind } }
+        func name(_ object: [String: Any]) -> String { (object["metadata"] as? [String: Any])?["name"] as? String ?? "?" }
+
+        // Every file is listed in the kustomization.
+        let kustomization = try #require(try YAMLFile.load("\(directory)/kustomization.yaml").first as? [String: Any])
+        #expect(Set(kustomization["resources"] as? [String] ?? []) == Set(files))
+
+        var configKeys: [String: [String]] = [:]
+        for object in named("ConfigMap") { configKeys[name(object)] = (object["data"] as? [String: Any] ?? [:]).keys.sorted() }
+        for object in named("Secret") { configKeys[name(object)] = (object["stringData"] as? [String: Any] ?? object["data"] as? [String: Any] ?? [:]).keys.sorted() }
+        var keyReaders: [String: Set<String>] = [:]  // config key → executables that receive it
+        var deploymentPorts: [String: Int] = [:]
+
+        for object in named("Deployment") + named("Job") {
+            let spec = try #require(object["spec"] as? [String: Any])
+            let template = try #require(spec["template"] as? [String: Any])
+            let podSpec = try #require(template["spec"] as? [String: Any])
+            for container in podSpec["containers"] as? [[String: Any]] ?? [] {
+                let command = try #require(container["command"] as? [String], "\(name(object)) has no command")
+                let runs = Self.invocations(command)
+                for invocation in runs {
+                    #expect(Self.processes[invocation[0]] != nil, "\(name(object)) runs \(invocation[0]), which the image does not hold")
+                    if invocation[0] == "pipelinectl" { try Self.checkPipelinectl(invocation, in: name(object)) }
+                }
+                let executables = runs.map { $0[0] }
+                var environment: [String: String] = [:]
+                for variable in container["env"] as? [[String: Any]] ?? [] {
+                    let key = try #require(variable["name"] as? String)
+                    environment[key] = variable["value"] as? String
+                    #expect(executables.contains { Self.reads($0, key) }, "\(name(object)) sets \(key), which \(executables) never read")
+                }
+                for source in container["envFrom"] as? [[String: Any]] ?? [] {
+                    let reference = (source["configMapRef"] ?? source["secretRef"]) as? [String: Any]
+                    let referenced = try #require(reference?["name"] as? String)
+                    let keys = try #require(configKeys[referenced], "\(name(object)) reads \(referenced), which no manifest defines")
+                    for key in keys { keyReaders[key, default: []].formUnion(executables.filter { Self.reads($0, key) }) }
+                }
+                let port: Int? = switch executables[0] {
+                case "ingest": environment["INGEST_PORT"].flatMap(Int.init) ?? Self.defaultIngestPort
+                case "worker": environment["WORKER_OPS_PORT"].flatMap(Int.init) ?? Self.defaultWorkerPort
+                default: nil
+                }
+                let ports = container["ports"] as? [[String: Any]] ?? []
+                #expect(ports.map { $0["containerPort"] as? Int } == (port.map { [$0] } ?? []), "\(name(object)): containerPort \(ports) vs the process's \(port.map(String.init) ?? "none")")
+                if let port { deploymentPorts[name(object)] = port }
+                for probeName in ["readinessProbe", "livenessProbe"] {
+                    guard let probe = (container[probeName] as? [String: Any])?["httpGet"] as? [String: Any] else {
+                        #expect(port == nil, "\(name(object)) has no \(probeName)")
+                        continue
+                    }
+                    let expected = probeName == "readinessProbe" ? OperationsRoutes.ready : OperationsRoutes.live
+                    #expect(probe["path"] as? String == expected, "\(name(object)) \(probeName) calls \(probe["path"] ?? "?")")
+                    let probePort = probe["port"] as? Int ?? ports.first { $0["name"] as? String == probe["port"] as? String }?["containerPort"] as? Int
+                    #expect(probePort == port, "\(name(object)) \(probeName) on port \(probePort.map(String.init) ?? "?")")
+                }
+                let annotations = ((template["metadata"] as? [String: Any])?["annotations"] as? [String: String]) ?? [:]
+                if let scrapePort = annotations["prometheus.io/port"] {
+                    #expect(Int(scrapePort) == port && annotations["prometheus.io/path"] == OperationsRoutes.metrics, "\(name(object)) scrape annotations")
+                }
+            }
+        }
+        // Every ConfigMap/Secret key is read by some process that receives it.
+        for key in configKeys.values.flatMap({ $0 }) {
+            #expect(!(keyReaders[key] ?? []).isEmpty, "the key \(key) reaches no process that reads it")
+        }
+        // Ingest has a Service and an HPA; the worker an HPA and a PodDisruptionBudget; a migrate Job exists.
+        let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
+        #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
+        #expect(named("PodDisruptionBudget").count == 1 && named("Service").count == 1 && named("Job").count == 1)
+        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort].sorted())
+    }
+
+    // MARK: - Dockerfile and dashboard
+
+    @Test("Dockerfile builds every executable statically, runs as non-root, exposes the services' ports")
+    func dockerfile() throws {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent("deploy/Dockerfile"), encoding: .utf8)
+        for executable in Self.processes.keys.sorted() {
+            #expect(text.contains("--product \(executable)"), "the image builds \(executable)")
+        }
+        #expect(text.contains("--static-swift-stdlib") && text.contains("librdkafka1") && text.contains("USER 10001"))
+        let exposed = text.split(separator: "\n").filter { $0.hasPrefix("EXPOSE") }.flatMap { $0.split(separator: " ").dropFirst().compactMap { Int($0) } }
+        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort])
+    }
+
+    @Test("the Grafana dashboard plots only metrics the services export")
+    func dashboard() throws {
+        // The names the services really emit: exercise every metric once and read the registry's output.
+        let registry = PrometheusCollectorRegistry()
+        let ingest = IngestMetrics(registry: registry)
+        ingest.request(status: 200)
+        let worker = WorkerMetrics(registry: registry)
+        worker.records("applied", 1)
+        worker.notificationType(nil)
+        worker.unknownValue(field: "f")
+        worker.deadLettered(code: "c")
+        worker.retry(step: "s")
+        worker.lag(partition: KafkaTopicPartition(topic: "t", partition: 0), records: 1)
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        let exported = Set(String(decoding: buffer, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { String($0.split(separator: " ")[2]) })
+
+        let data = try Data(contentsOf: repositoryRoot.appendingPathComponent("deploy/grafana/pipeline-dashboard.json"))
+        let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let expressions = (dashboard["panels"] as? [[String: Any]] ?? []).flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
+        #expect(expressions.count >= 10)
+        let pattern = try Regex(#"\b(ingest|worker)_[a-z_]+"#)
+        var plotted: Set<String> = []
+        for expression in expressions {
+            for match in expression.matches(of: pattern) {
+                var name = String(expression[match.range])
+                for suffix in ["_bucket", "_sum", "_count"] where name.hasSuffix(suffix) && !exported.contains(name) { name.removeLast(suffix.count) }
+                plotted.insert(name)
+            }
+        }
+        #expect(plotted.subtracting(exported).isEmpty, "plotted but never exported: \(plotted.subtracting(exported).sorted())")
+        // Every panel the issue names: ingest rate and latency, outcomes by reason, batch latency, lag, dead letters.
+        for required in ["ingest_requests_total", "ingest_produce_duration_seconds", "worker_notifications_total", "worker_dead_letters_total",
+                         "worker_batch_duration_seconds", "worker_consumer_lag_records"] {
+            #expect(plotted.contains(required), "the dashboard plots \(required)")
+        }
+    }
+}
+
+/// YAML read by PyYAML from the project's venv (scripts/install.sh) and handed over as JSON: a real YAML parser,
+/// without adding a Swift YAML dependency to the build graph for one test.
+enum YAMLFile {
+    static func load(_ relativePath: String) throws -> [Any] {
+        let python = repositoryRoot.appendingPathComponent(".venv/bin/python3").path
+        try #require(FileManager.default.isExecutableFile(atPath: python), "run scripts/install.sh: the test reads YAML with the venv's PyYAML")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = ["-c", "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))", repositoryRoot.appendingPathComponent(relativePath).path]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "\(relativePath) is not valid YAML")
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [Any])
+    }
+}
