@@ -70,7 +70,7 @@ public final class NotificationWorker: Service, Sendable {
         if configuration.migrateAtStart {
             // The database may come up after us (compose, Kubernetes): retry until it answers.
             guard await untilDurable("migrations", pausing: false, {
-                let applied = try await store.migrate()
+                let applied = try await Self.withDeadline(configuration.storeTimeout * 4, "applying migrations") { [store] in try await store.migrate() }
                 logger.info("schema ready", metadata: ["applied": "\(applied)", "version": "\(Migrations.all.last?.version ?? 0)"])
             }) else { return }
         }
@@ -142,7 +142,10 @@ public final class NotificationWorker: Service, Sendable {
         for outcome in outcomes { if case .failure(let error) = outcome { metrics.deadLettered(code: error.code) } }
         metrics.records("dead_lettered", deadLetterCount)
         guard await untilDurable("notifications", {
-            let result = try await store.store(stored)
+            // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
+            // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
+            // committed just as its deadline passed is harmless: the retry finds every notification in the ledger.
+            let result = try await Self.withDeadline(configuration.storeTimeout, "storing the batch") { [store, stored] in try await store.store(stored) }
             metrics.records("applied", result.applied)
             metrics.records("duplicate", result.duplicates)
             metrics.records("stale", result.stale)
@@ -195,6 +198,29 @@ public final class NotificationWorker: Service, Sendable {
                 logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(error)")
                 try? await Task.sleep(for: backoff)
             }
+        }
+    }
+
+    /// `body`'s result, or `StepTimedOut` after `limit`. Returns at the deadline even if `body` ignores
+    /// cancellation (a query on a connection the server dropped may): `body` is cancelled and left to finish on its
+    /// own, which is harmless because storing is idempotent (ledger, forward-only state).
+    static func withDeadline<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        let race = DeadlineRace<T>()
+        return try await withCheckedThrowingContinuation { continuation in
+            race.continuation.withLock { $0 = continuation }
+            let work = Task {
+                let result: Result<T, any Error>
+                do { result = .success(try await body()) } catch { result = .failure(error) }
+                race.continuation.withLock { $0.take() }?.resume(with: result)
+                race.timer.withLock { $0 }?.cancel()
+            }
+            let timer = Task {
+                try? await Task.sleep(for: limit)
+                guard !Task.isCancelled, let continuation = race.continuation.withLock({ $0.take() }) else { return }
+                work.cancel()
+                continuation.resume(throwing: StepTimedOut(step: what, limit: limit))
+            }
+            race.timer.withLock { $0 = timer }
         }
     }
 
@@ -254,4 +280,17 @@ final class HealthFlag: Sendable {
     init(_ value: Bool) { storage = Synchronization.Atomic(value) }
     var value: Bool { storage.load(ordering: .relaxed) }
     func set(_ value: Bool) { storage.store(value, ordering: .relaxed) }
+}
+
+/// A step that did not finish in time (the database unreachable, its pool waiting for a connection): transient.
+struct StepTimedOut: Error, CustomStringConvertible {
+    var step: String
+    var limit: Duration
+    var description: String { "\(step) took longer than \(limit) (database unreachable?)" }
+}
+
+/// Who answers first in `withDeadline`: the work or the timer.
+private final class DeadlineRace<T: Sendable>: Sendable {
+    let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
+    let timer = Mutex<Task<Void, Never>?>(nil)
 }

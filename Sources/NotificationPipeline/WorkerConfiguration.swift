@@ -16,6 +16,9 @@ public struct WorkerConfiguration: Sendable {
     public var batchSize = 500
     /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
     public var maximumBackoff: Duration = .seconds(30)
+    /// `WORKER_STORE_TIMEOUT_MS`: longest a batch's transaction may take before it counts as a transient failure
+    /// (the database unreachable: the pool waits for a connection rather than failing). Migrations get 4×.
+    public var storeTimeout: Duration = .seconds(30)
     /// `WORKER_MIGRATE`: apply pending schema migrations at start (under the advisory lock). Turn off when a
     /// separate migrate job (`pipelinectl migrate`) owns the schema.
     public var migrateAtStart = true
@@ -42,7 +45,7 @@ public struct WorkerConfiguration: Sendable {
 
     /// The environment variables the worker reads (for documentation and the deployment consistency check).
     public static let environmentKeys = [
-        "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_MIGRATE",
+        "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE",
         "WORKER_OPS_HOST", "WORKER_OPS_PORT", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
@@ -53,6 +56,7 @@ public struct WorkerConfiguration: Sendable {
         configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
         configuration.batchSize = try environment.int("WORKER_BATCH_SIZE", default: configuration.batchSize, range: 1...10_000)
         configuration.maximumBackoff = .milliseconds(try environment.int("WORKER_MAX_BACKOFF_MS", default: 30_000, range: 100...600_000))
+        configuration.storeTimeout = .milliseconds(try environment.int("WORKER_STORE_TIMEOUT_MS", default: 30_000, range: 500...600_000))
         configuration.migrateAtStart = try environment.bool("WORKER_MIGRATE", default: configuration.migrateAtStart)
         configuration.opsHost = environment.string("WORKER_OPS_HOST", default: configuration.opsHost)
         configuration.opsPort = try environment.int("WORKER_OPS_PORT", default: configuration.opsPort, range: 0...65535)
