@@ -4,9 +4,13 @@ import Logging
 
 /// Reads a whole topic as it is now (every partition from its first retained record to its current end), for
 /// tools: `dlq list`, `dlq redrive`, tests. Uses a throwaway consumer group that never commits.
+///
+/// After reaching the ends the broker reported, it reads on until nothing more arrives for `settle`: the tansu
+/// test broker reports the base offset of a partition's last batch as its end, so records produced together
+/// (the worker sends a batch's dead letters at once) would otherwise be missed there. Kafka reports the true end.
 public enum TopicReader {
     public static func readAll(
-        _ topic: String, client: KafkaClientConfiguration, logger: Logger, timeout: Duration = .seconds(120),
+        _ topic: String, client: KafkaClientConfiguration, logger: Logger, timeout: Duration = .seconds(120), settle: Duration = .seconds(1),
         progress: @Sendable (Int, Int64) -> Void = { _, _ in }
     ) async throws -> [KafkaConsumerMessage] {
         let admin = try KafkaAdminClient(configuration: client, logger: logger)
@@ -33,16 +37,22 @@ public enum TopicReader {
         configuration.autoOffsetReset = "earliest"
         let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: logger)
         var records: [KafkaConsumerMessage] = []
+        var seen: [Int32: Int64] = [:]  // partition -> highest offset read
         let deadline = ContinuousClock.now + timeout
+        var quietSince: ContinuousClock.Instant?
         do {
-            while !remaining.isEmpty {
+            while quietSince.map({ ContinuousClock.now - $0 < settle }) ?? true {
                 guard ContinuousClock.now < deadline else { throw TopicReadError(description: "reading \(topic) timed out with \(remaining.count) partition(s) unfinished") }
-                for message in try await consumer.pollBatch(maximum: 1_000, timeoutMilliseconds: 200) {
-                    guard let last = remaining[message.partition], message.offset <= last else { continue }
+                let batch = try await consumer.pollBatch(maximum: 1_000, timeoutMilliseconds: 200)
+                var fresh = false
+                for message in batch where message.offset > seen[message.partition, default: -1] {
+                    seen[message.partition] = message.offset
                     records.append(message)
-                    if message.offset == last { remaining[message.partition] = nil }
+                    fresh = true
+                    if let last = remaining[message.partition], message.offset >= last { remaining[message.partition] = nil }
                 }
-                progress(records.count, total)
+                if !remaining.isEmpty || fresh { quietSince = remaining.isEmpty ? ContinuousClock.now : nil }
+                progress(records.count, max(total, Int64(records.count)))
             }
         } catch {
             await consumer.close()

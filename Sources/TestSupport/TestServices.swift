@@ -83,35 +83,42 @@ public enum ChildProcess {
 }
 
 extension ChildProcess {
-    /// Starts the `worker` binary with `environment` added to ours, and waits until its ops server listens on
-    /// `WORKER_OPS_PORT` (which `environment` must set).
-    public static func startWorker(binary: String, environment extra: [String: String]) throws -> Process {
+    /// Starts the `worker` binary with `environment` added to ours, its standard error appended to `logFile`
+    /// (at `LOG_LEVEL=info` unless `environment` says otherwise, so a failing test can show what the worker
+    /// did), and waits without blocking a thread until its ops server listens on `WORKER_OPS_PORT`.
+    public static func startWorker(binary: String, environment extra: [String: String], logFile: String) async throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         var environment = ProcessInfo.processInfo.environment
-        environment["LOG_LEVEL"] = "error"
+        environment["LOG_LEVEL"] = "info"
         environment.merge(extra) { _, new in new }
         process.environment = environment
+        if !FileManager.default.fileExists(atPath: logFile) { FileManager.default.createFile(atPath: logFile, contents: nil) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
+        try log.seekToEnd()
+        process.standardError = log
+        process.standardOutput = log
         try process.run()
+        try? log.close()
         if let port = extra["WORKER_OPS_PORT"].flatMap(Int.init) {
-            for _ in 0..<400 where !TestServices.isListening(port: port) && process.isRunning { usleep(50_000) }
+            for _ in 0..<400 where !TestServices.isListening(port: port) && process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         }
         return process
     }
 
-    /// SIGKILL: no goodbye, no commit, no flush.
-    public static func kill(_ process: Process) {
+    /// SIGKILL: no goodbye, no commit, no flush. Returns once the process is gone.
+    public static func kill(_ process: Process) async {
         Glibc.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        while process.isRunning { try? await Task.sleep(for: .milliseconds(20)) }
     }
 
-    /// SIGTERM, then wait for the graceful exit (SIGKILL after `timeout` seconds).
-    public static func terminate(_ process: Process, timeout: Double = 30) {
+    /// SIGTERM, then wait for the graceful exit (SIGKILL after `timeout`).
+    public static func terminate(_ process: Process, timeout: Duration = .seconds(30)) async {
         guard process.isRunning else { return }
         process.terminate()
-        let deadline = Date().addingTimeInterval(timeout)
-        while process.isRunning, Date() < deadline { usleep(50_000) }
-        if process.isRunning { kill(process) }
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+        if process.isRunning { await kill(process) }
     }
 }
 
@@ -130,20 +137,26 @@ public final class PrivatePostgres: @unchecked Sendable {
         self.directory = NSTemporaryDirectory() + "pipeline-pg-\(UUID().uuidString)"
     }
 
+    /// Runs a PostgreSQL tool to completion (as the `postgres` user when we are root). posix_spawn and waitpid,
+    /// not Foundation's Process: `Process.waitUntilExit` was seen never to return after `pg_ctl start`, whose
+    /// server outlives it, which hung the outage test.
     private func run(_ arguments: [String]) throws {
-        let process = Process()
-        if getuid() == 0 {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            process.arguments = ["-u", "postgres", "--"] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: arguments[0])
-            process.arguments = Array(arguments.dropFirst())
-        }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw PrivatePostgresError(description: "\(arguments.joined(separator: " ")) exited with \(process.terminationStatus)") }
+        let command = getuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + arguments : arguments
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        let argv: [UnsafeMutablePointer<CChar>?] = command.map { strdup($0) } + [nil]
+        defer { for argument in argv { free(argument) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, command[0], &actions, nil, argv, environ)
+        guard spawned == 0 else { throw PrivatePostgresError(description: "cannot start \(command[0]): \(String(cString: strerror(spawned)))") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1, errno == EINTR {}
+        let exited = status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        guard exited == 0 else { throw PrivatePostgresError(description: "\(arguments.joined(separator: " ")) exited with \(exited)") }
     }
 
     /// Creates the cluster the first time, then starts it and waits until it accepts connections.

@@ -36,48 +36,83 @@ final class WorkerProcessFixture: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 
-    func createTopics(partitions: Int32) async throws {
+    func createTopics(partitions: Int32, topic: String? = nil) async throws {
+        let topic = topic ?? self.topic
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
-        _ = try await admin.createTopics([.init(name: topic, partitions: partitions), .init(name: deadLetterTopic, partitions: 1)])
+        _ = try await admin.createTopics([.init(name: topic, partitions: partitions), .init(name: topic + ".dead-letter", partitions: 1)])
         for _ in 0..<50 where try await admin.listTopics()[topic] != Int(partitions) { try await Task.sleep(for: .milliseconds(100)) }
         await admin.close()
     }
 
-    /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), concurrently in chunks.
+    /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), one at a time: the
+    /// tansu test broker reports a partition's end as the base offset of its last batch, so records batched
+    /// together would make lag and replay counts there look smaller than they are.
     func produce(_ payloads: [String]) async throws {
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
-        let topic = self.topic
-        for start in stride(from: 0, to: payloads.count, by: 200) {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for payload in payloads[start..<min(start + 200, payloads.count)] {
-                    group.addTask {
-                        let record = KafkaProducerMessage(
-                            topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
-                            headers: [KafkaHeader(key: NotificationRecordHeader.receivedAt, string: "1780000000000")], timestamp: 1_780_000_000_000)
-                        _ = try await producer.sendAndAwait(record)
-                    }
-                }
-                try await group.waitForAll()
-            }
+        for payload in payloads {
+            let record = KafkaProducerMessage(
+                topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
+                headers: [KafkaHeader(key: NotificationRecordHeader.receivedAt, string: "1780000000000")], timestamp: 1_780_000_000_000)
+            _ = try await producer.sendAndAwait(record)
         }
         await producer.close()
     }
 
-    /// A worker process for `group` writing to `postgresURL`; returns it and its ops port.
-    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil) throws -> (process: Process, opsPort: Int) {
+    /// A worker process for `group` writing to `postgresURL`; returns it and its ops port. Its log (LOG_LEVEL=info)
+    /// goes to a file of the fixture's directory; `logTail` shows them all when an expectation fails.
+    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil) async throws -> (process: Process, opsPort: Int) {
         let port = TestServices.freePort()
-        let process = try ChildProcess.startWorker(binary: binary, environment: [
-            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": deadLetterTopic, "WORKER_GROUP_ID": group,
+        let topic = topic ?? self.topic
+        workerCount += 1
+        let process = try await ChildProcess.startWorker(binary: binary, environment: [
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": topic + ".dead-letter", "WORKER_GROUP_ID": group,
             "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
-            "WORKER_BATCH_SIZE": "100", "WORKER_MAX_BACKOFF_MS": "2000",
+            "WORKER_BATCH_SIZE": "100", "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
             // Fast group joins and failure detection on the test broker.
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
-        ])
+        ], logFile: directory + "/worker-\(workerCount).log")
+        logFiles[process.processIdentifier] = directory + "/worker-\(workerCount).log"
         return (process, port)
     }
 
+    private var workerCount = 0
+    private var logFiles: [Int32: String] = [:]
+
+    /// How many assignments `worker` has logged so far.
+    func assignmentCount(_ worker: Process) -> Int {
+        guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return 0 }
+        return text.components(separatedBy: "partitions assigned").count - 1
+    }
+
+    /// Stops `workers` (SIGTERM, graceful) one at a time, each after the others took over the partitions of the
+    /// previous one (up to 20 s). The tansu test broker keeps a group stuck for good when a member is shut down in
+    /// the middle of the rebalance another member's departure started: the departed member stays its leader, and
+    /// no later join (a replay's, the next workers') completes. Kafka would expire that member after its session
+    /// timeout; tansu does not.
+    func stopOneByOne(_ workers: [Process]) async {
+        for (index, worker) in workers.enumerated() {
+            let others = workers[(index + 1)...].filter(\.isRunning)
+            let before = others.map(assignmentCount)
+            await ChildProcess.terminate(worker)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !others.isEmpty, ContinuousClock.now < deadline, zip(others, before).allSatisfy({ assignmentCount($0.0) <= $0.1 }) {
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    /// The last lines of every worker's log, for failure messages.
+    func logTail(lines: Int = 15) -> String {
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".log") }.sorted()
+        return files.map { file in
+            let text = (try? String(contentsOfFile: directory + "/" + file, encoding: .utf8)) ?? ""
+            return "--- \(file)\n" + text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+        }.joined(separator: "\n")
+    }
+
     /// The group's total lag on the topic (nil while the group has no committed offsets yet).
-    func lag(group: String) async throws -> Int64? {
+    func lag(group: String, topic: String? = nil) async throws -> Int64? {
+        let topic = topic ?? self.topic
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
         let description: KafkaAdminClient.GroupDescription
         do {
@@ -91,9 +126,47 @@ final class WorkerProcessFixture: @unchecked Sendable {
         return description.positions.reduce(0) { $0 + $1.lag }
     }
 
+    /// Waits until `group` has committed every record of the topic; false on timeout.
+    func waitForLag(group: String, topic: String? = nil, timeout: Duration = .seconds(120)) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let lag = try? await lag(group: group, topic: topic), lag == 0 { return true }
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        return false
+    }
+
+    /// Runs the built `pipelinectl` against the fixture's broker; its exit status and output (stdout + stderr).
+    /// A replay refused because the group's members have not left yet is tried again for up to a minute.
+    func pipelinectl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let binary = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl").path
+        var result: (status: Int32, output: String) = (-1, "")
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let outputFile = directory + "/pipelinectl-\(UUID().uuidString).out"
+            FileManager.default.createFile(atPath: outputFile, contents: nil)
+            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = arguments
+            var environment = ProcessInfo.processInfo.environment
+            environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            process.environment = environment
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            try? output.close()
+            while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            result = (process.terminationStatus, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+            guard result.status != 0, result.output.contains("active member") else { return result }
+            try await Task.sleep(for: .seconds(1))
+        }
+        return result
+    }
+
     /// The dead letters written for `group`.
-    func deadLetters(group: String) async throws -> [DeadLetter] {
-        try await TopicReader.readAll(deadLetterTopic, client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+    func deadLetters(group: String, topic: String? = nil) async throws -> [DeadLetter] {
+        try await TopicReader.readAll((topic ?? self.topic) + ".dead-letter", client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
             .map(DeadLetter.init).filter { $0.record.headers.string(DeadLetterHeader.consumerGroup) == group }
     }
 }

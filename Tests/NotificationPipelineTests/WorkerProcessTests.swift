@@ -5,26 +5,23 @@ import NotificationPipeline
 import TestSupport
 import Testing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// The worker as it runs in production: separate processes in one consumer group, against the real broker and
 /// real PostgreSQL. Every disturbed run must end with exactly the database of the undisturbed one.
 @Suite(
-    "Worker processes: kill -9, duplicates and out-of-order", .serialized,
+    "Worker processes: faults, replay, duplicates, out-of-order", .serialized,
     .enabled(if: TestServices.runKafkaSuites && TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingKafka)))
 struct WorkerProcessTests {
     /// A stream of realistic lifecycles with ~10 % duplicates, plus forged records, produced once; each phase
-    /// reads all of it with a group and a database of its own.
-    @Test("crash (kill -9) mid-stream ends in the undisturbed database")
+    /// reads all of it with a group and a database of its own (or, for the replay, the reference's again).
+    @Test("kill -9 mid-stream, PostgreSQL stopped mid-stream, and a replay from earliest all end in the undisturbed database")
     func faults() async throws {
         let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
         let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let privatePostgres = try #require(PrivatePostgres(), "PIPELINE_PG_BIN is not set: run through scripts/test.sh")
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 4)
 
-        let events = NotificationMinter.lifecycleEvents(subscriptions: 250)
+        let events = NotificationMinter.lifecycleEvents(subscriptions: 300)
         var payloads = events.map(fixture.minter.signedNotification)
         let distinct = payloads.count
         for index in stride(from: 0, to: distinct, by: 10) { payloads.append(payloads[index]) }  // ~10 % duplicates
@@ -38,36 +35,78 @@ struct WorkerProcessTests {
         try await fixture.produce(payloads)
         let expectedDead: [String: String] = [forged: "signatureMismatch", foreign: "bundleIdMismatch"]
 
-        func finish(_ workers: [Process]) { for worker in workers { ChildProcess.terminate(worker) } }
+        func finish(_ workers: [Process]) async { await fixture.stopOneByOne(workers) }
+        func newDatabase(_ suffix: String) async throws -> String {
+            try await TestDatabase.create("w" + UUID().uuidString.prefix(8).lowercased() + suffix, on: postgresURL)
+        }
+        func checkDeadLetters(_ group: String, _ phase: String) async throws {
+            let dead = try await fixture.deadLetters(group: group)
+            #expect(Set(dead.map { String(decoding: $0.record.value, as: UTF8.self) }) == Set(expectedDead.keys), "\(phase): only the forged records are dead-lettered")
+            for letter in dead { #expect(expectedDead[String(decoding: letter.record.value, as: UTF8.self)] == letter.errorCode, "\(phase): \(letter.errorCode)") }
+        }
 
         // A. Undisturbed: the reference.
         let groupA = TestServices.uniqueName("undisturbed")
-        let databaseA = try await TestDatabase.create("w" + UUID().uuidString.prefix(8).lowercased() + "a", on: postgresURL)
-        var workers = [try fixture.startWorker(group: groupA, postgresURL: databaseA).process, try fixture.startWorker(group: groupA, postgresURL: databaseA).process]
-        #expect(try await TestDatabase.waitForLedger(databaseA, count: distinct), "the undisturbed run stored every notification")
-        try await Task.sleep(for: .seconds(1))
-        finish(workers)
+        let databaseA = try await newDatabase("a")
+        var workers = [try await fixture.startWorker(group: groupA, postgresURL: databaseA).process, try await fixture.startWorker(group: groupA, postgresURL: databaseA).process]
+        #expect(try await TestDatabase.waitForLedger(databaseA, count: distinct), "the undisturbed run stored every notification\n\(fixture.logTail())")
+        #expect(try await fixture.waitForLag(group: groupA), "the undisturbed run committed everything\n\(fixture.logTail())")
+        await finish(workers)
         let reference = try await TestDatabase.digest(databaseA)
         #expect(reference.ledger == distinct)
-        let deadA = try await fixture.deadLetters(group: groupA)
-        #expect(Set(deadA.map { String(decoding: $0.record.value, as: UTF8.self) }) == Set(expectedDead.keys))
-        for letter in deadA { #expect(expectedDead[String(decoding: letter.record.value, as: UTF8.self)] == letter.errorCode) }
+        try await checkDeadLetters(groupA, "undisturbed")
+
+        // A'. Replay: the reference group back to earliest with `pipelinectl replay`, two fresh workers; the
+        // database must not change (everything is a duplicate now).
+        let replay = try await fixture.pipelinectl(["replay", "--group", groupA, "--topic", fixture.topic, "--to", "earliest"])
+        #expect(replay.status == 0, "pipelinectl replay: \(replay.output)")
+        #expect(replay.output.contains("\(payloads.count)"), "the replay announces every record to reprocess: \(replay.output)")
+        #expect(try await fixture.lag(group: groupA) == Int64(payloads.count))
+        workers = [try await fixture.startWorker(group: groupA, postgresURL: databaseA).process, try await fixture.startWorker(group: groupA, postgresURL: databaseA).process]
+        #expect(try await fixture.waitForLag(group: groupA), "the replay was consumed to the end\n\(fixture.logTail())")
+        await finish(workers)
+        #expect(try await TestDatabase.digest(databaseA) == reference, "a replay changed the database")
 
         // B. kill -9 of one worker mid-stream; a replacement joins; the group rebalances.
         let groupB = TestServices.uniqueName("killed")
-        let databaseB = try await TestDatabase.create("w" + UUID().uuidString.prefix(8).lowercased() + "b", on: postgresURL)
-        workers = [try fixture.startWorker(group: groupB, postgresURL: databaseB).process, try fixture.startWorker(group: groupB, postgresURL: databaseB).process]
-        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 4))
-        ChildProcess.kill(workers[0])
+        let databaseB = try await newDatabase("b")
+        workers = [try await fixture.startWorker(group: groupB, postgresURL: databaseB).process, try await fixture.startWorker(group: groupB, postgresURL: databaseB).process]
+        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 4), "\(fixture.logTail())")
+        await ChildProcess.kill(workers[0])
         let killedAt = await TestDatabase.ledgerCount(databaseB)
-        workers[0] = try fixture.startWorker(group: groupB, postgresURL: databaseB).process
-        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct), "after the kill every notification was stored")
-        try await Task.sleep(for: .seconds(1))
-        finish(workers)
+        workers[0] = try await fixture.startWorker(group: groupB, postgresURL: databaseB).process
+        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct), "after the kill every notification was stored\n\(fixture.logTail())")
+        #expect(try await fixture.waitForLag(group: groupB))
+        await finish(workers)
         #expect(killedAt < distinct, "the kill happened mid-stream (\(killedAt) of \(distinct) stored)")
         #expect(try await TestDatabase.digest(databaseB) == reference, "kill -9 changed the outcome")
-        let deadB = try await fixture.deadLetters(group: groupB)
-        #expect(Set(deadB.map { String(decoding: $0.record.value, as: UTF8.self) }) == Set(expectedDead.keys), "only the forged records are dead-lettered")
+        try await checkDeadLetters(groupB, "kill -9")
+
+        // C. PostgreSQL stopped mid-stream (immediate shutdown, as a crash), kept down while the workers retry, then
+        // started again: the workers say they are not ready meanwhile, dead-letter nothing more, and finish.
+        try privatePostgres.start()
+        let databaseC = try await TestDatabase.create("outage", on: privatePostgres.url)
+        let groupC = TestServices.uniqueName("outage")
+        let started = [try await fixture.startWorker(group: groupC, postgresURL: databaseC), try await fixture.startWorker(group: groupC, postgresURL: databaseC)]
+        workers = started.map(\.process)
+        #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct / 4), "\(fixture.logTail())")
+        try privatePostgres.stop()
+        let stoppedAt = ContinuousClock.now
+        var notReady = false
+        while ContinuousClock.now < stoppedAt + .seconds(20), !notReady {
+            for (_, port) in started where try await HTTPTestConnection(port: port).send(method: "GET", path: OperationsRoutes.ready).status == 503 { notReady = true }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(notReady, "a worker whose database is down reports 503 on /health/ready\n\(fixture.logTail())")
+        try await Task.sleep(until: stoppedAt + .seconds(8))
+        #expect(workers.allSatisfy { $0.isRunning }, "the workers keep running while the database is down")
+        try privatePostgres.start()
+        #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct), "after the outage every notification was stored\n\(fixture.logTail())")
+        #expect(try await fixture.waitForLag(group: groupC))
+        await finish(workers)
+        #expect(try await TestDatabase.digest(databaseC) == reference, "the database outage changed the outcome")
+        try await checkDeadLetters(groupC, "database outage")
+        withExtendedLifetime(privatePostgres) {}
     }
 
     /// Through ingest: the same notifications delivered once in order, or shuffled with duplicates and an older
@@ -96,10 +135,10 @@ struct WorkerProcessTests {
             try await ingest.stop()
             let database = try await TestDatabase.create("w" + UUID().uuidString.prefix(8).lowercased() + String(name.prefix(1)), on: postgresURL)
             let group = TestServices.uniqueName(name)
-            let workers = [try fixture.startWorker(group: group, postgresURL: database).process, try fixture.startWorker(group: group, postgresURL: database).process]
-            #expect(try await TestDatabase.waitForLedger(database, count: bodies.count), "\(name): every notification stored")
-            try await Task.sleep(for: .seconds(1))
-            for worker in workers { ChildProcess.terminate(worker) }
+            let workers = [try await fixture.startWorker(group: group, postgresURL: database).process, try await fixture.startWorker(group: group, postgresURL: database).process]
+            #expect(try await TestDatabase.waitForLedger(database, count: bodies.count), "\(name): every notification stored\n\(fixture.logTail())")
+            #expect(try await fixture.waitForLag(group: group))
+            await fixture.stopOneByOne(workers)
             digests.append(try await TestDatabase.digest(database))
         }
         // The archive differs by Kafka coordinates (different topics); the state must not.
