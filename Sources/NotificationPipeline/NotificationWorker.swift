@@ -76,20 +76,37 @@ public final class NotificationWorker: Service, Sendable {
         }
         started.set(true)
         metrics.ready.set(1.0)
-        await withGracefulShutdownHandler {
-            while !Task.isCancelled, !Task.isShuttingDownGracefully {
-                do {
-                    let batch = try await consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
-                    if batch.isEmpty { continue }
-                    await process(batch)
-                } catch {
-                    logger.error("polling failed: \(error)")
-                    try? await Task.sleep(for: .seconds(1))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [consumer, metrics] in await Self.trackAssignment(consumer.rebalanceEvents, metrics) }
+            await withGracefulShutdownHandler {
+                while !Task.isCancelled, !Task.isShuttingDownGracefully {
+                    do {
+                        let batch = try await consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
+                        if batch.isEmpty { continue }
+                        await process(batch)
+                    } catch {
+                        logger.error("polling failed: \(error)")
+                        try? await Task.sleep(for: .seconds(1))
+                    }
                 }
+            } onGracefulShutdown: {
+                // The loop sees the shutdown between batches: an in-flight batch finishes (or, if its store fails,
+                // is abandoned uncommitted and redelivered to the next owner).
             }
-        } onGracefulShutdown: {
-            // The loop sees the shutdown between batches: an in-flight batch finishes (or, if its store fails,
-            // is abandoned uncommitted and redelivered to the next owner).
+            group.cancelAll()
+        }
+    }
+
+    /// Keeps `worker_assigned_partitions` current: operators see members that own nothing (more workers than
+    /// partitions) and when a rolling restart's rebalance has settled (every partition owned again).
+    static func trackAssignment(_ events: AsyncStream<KafkaRebalanceEvent>, _ metrics: WorkerMetrics) async {
+        var owned: Set<KafkaTopicPartition> = []
+        for await event in events {
+            switch event {
+            case .assigned(let partitions): owned.formUnion(partitions)
+            case .revoked(let partitions): owned.subtract(partitions)
+            }
+            metrics.assignedPartitions.set(Double(owned.count))
         }
     }
 

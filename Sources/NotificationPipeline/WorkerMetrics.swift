@@ -9,6 +9,7 @@ public struct WorkerMetrics: Sendable {
     let batchDuration: DurationHistogram
     let verificationDuration: DurationHistogram
     let ready: Gauge
+    let assignedPartitions: Gauge
 
     public init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
@@ -23,6 +24,8 @@ public struct WorkerMetrics: Sendable {
             descriptor: .init(metricName: "worker_verification_duration", unitName: "seconds", helpText: "Time to verify a batch (all records, in parallel)"),
             buckets: buckets)
         ready = registry.makeGauge(descriptor: .init(metricName: "worker_ready", unitName: "", helpText: "1 while batches are being stored, 0 while retrying a transient failure"))
+        assignedPartitions = registry.makeGauge(
+            descriptor: .init(metricName: "worker_assigned_partitions", unitName: "", helpText: "Partitions this member owns; 0 on a member beyond the partition count"))
     }
 
     /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.
