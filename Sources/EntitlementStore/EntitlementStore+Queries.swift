@@ -7,6 +7,8 @@ public enum EntitlementLookup: Sendable, Hashable {
     case originalTransactionId(String)
     /// The app's own user id (`appAccountToken`), as the app set it at purchase.
     case appAccountToken(String)
+    /// Every entitlement, most recently signed first, at most `limit` (an overview for operators and the demo).
+    case all(limit: Int)
 }
 
 /// One entitlement row as `entitlements_now` shows it: the state, and whether it grants access now.
@@ -35,6 +37,8 @@ extension EntitlementStore {
             query = "SELECT state::text, is_active, updated_at FROM entitlements_now WHERE original_transaction_id = \(id) ORDER BY environment, bundle_id"
         case .appAccountToken(let token):
             query = "SELECT state::text, is_active, updated_at FROM entitlements_now WHERE lower(app_account_token) = lower(\(token)) ORDER BY last_signed_date DESC"
+        case .all(let limit):
+            query = "SELECT state::text, is_active, updated_at FROM entitlements_now ORDER BY last_signed_date DESC, original_transaction_id LIMIT \(limit)"
         }
         var records: [EntitlementRecord] = []
         for try await (state, isActive, updatedAt) in try await client.query(query, logger: logger).decode((String, Bool, Date).self) {

@@ -8,27 +8,33 @@ struct EntitlementsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "entitlements",
         abstract: "Show current entitlement state and recent history for a subscription or an app user.",
-        discussion: "Exactly one of --original-transaction-id and --app-account-token. Exit status 1 when nothing matches.")
+        discussion: """
+            Exactly one of --original-transaction-id, --app-account-token and --all. Exit status 1 when nothing matches.
+            --all prints one line per entitlement (most recently signed first, at most --limit), without history.
+            """)
 
     @OptionGroup var connection: ConnectionOptions
     @Option(help: "The subscription's originalTransactionId.") var originalTransactionId: String?
     @Option(help: "The app's user id (appAccountToken) set at purchase.") var appAccountToken: String?
+    @Flag(help: "Every entitlement, as a table.") var all = false
+    @Option(help: "With --all: the most entitlements to show.") var limit = 100
     @Option(help: "How many recent notifications to show per entitlement.") var history = 10
     @Flag(help: "Print JSON.") var json = false
 
     func validate() throws {
-        guard (originalTransactionId == nil) != (appAccountToken == nil) else {
-            throw ValidationError("give exactly one of --original-transaction-id and --app-account-token")
+        guard [originalTransactionId != nil, appAccountToken != nil, all].filter({ $0 }).count == 1 else {
+            throw ValidationError("give exactly one of --original-transaction-id, --app-account-token and --all")
         }
     }
 
     func run() async throws {
-        let lookup: EntitlementLookup = originalTransactionId.map { .originalTransactionId($0) } ?? .appAccountToken(appAccountToken ?? "")
-        let historyLimit = history
+        let lookup: EntitlementLookup = all ? .all(limit: limit) : originalTransactionId.map { .originalTransactionId($0) } ?? .appAccountToken(appAccountToken ?? "")
+        let historyLimit = all ? 0 : history
         let found = try await connection.configuration().withStore(logger: toolLogger) { store in
             var found: [(EntitlementRecord, [NotificationHistoryEntry])] = []
             for record in try await store.entitlements(lookup) {
-                found.append((record, try await store.history(originalTransactionId: record.state.originalTransactionId, limit: historyLimit)))
+                let history = historyLimit > 0 ? try await store.history(originalTransactionId: record.state.originalTransactionId, limit: historyLimit) : []
+                found.append((record, history))
             }
             return found
         }
@@ -52,6 +58,8 @@ struct EntitlementsCommand: AsyncParsableCommand {
                     }),
                 ]))
             }))
+        } else if all {
+            printTable(found.map(\.0))
         } else {
             for (record, history) in found {
                 let s = record.state
@@ -69,5 +77,24 @@ struct EntitlementsCommand: AsyncParsableCommand {
             if found.isEmpty { print("no entitlement matches") }
         }
         if found.isEmpty { throw ExitCode(1) }
+    }
+
+    /// One line per entitlement, columns sized to their contents.
+    func printTable(_ records: [EntitlementRecord]) {
+        let header = ["ENVIRONMENT", "BUNDLE ID", "ORIGINAL TXN", "PRODUCT", "STATUS", "ACTIVE", "EXPIRES", "RENEWS TO", "LAST NOTIFICATION"]
+        let rows = records.map { record -> [String] in
+            let s = record.state
+            return [
+                s.environment, s.bundleId, s.originalTransactionId, s.productId ?? "-", s.status.rawValue, record.isActive ? "yes" : "no",
+                s.expiresAt.map { $0.date.formatted(.iso8601.year().month().day()) } ?? "-",
+                s.autoRenewStatus == 0 ? "off" : (s.autoRenewProductId.flatMap { $0 == s.productId ? nil : $0 } ?? "same"),
+                s.lastNotificationType + (s.lastNotificationSubtype.map { "/" + $0 } ?? ""),
+            ]
+        }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+        for row in [header] + rows {
+            print(row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+        if records.isEmpty { print("no entitlements yet") }
     }
 }
