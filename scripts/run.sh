@@ -1,32 +1,194 @@
 #!/usr/bin/env bash
-# The README's first command. At this stage of the project: installs what is missing, builds, mints a fresh
-# Apple-shaped test PKI in memory, signs a few realistic notifications, and shows `pipelinectl verify`
-# accepting them and refusing tampered and foreign copies with reasons.
+# The README's first command: the whole pipeline on this machine, fed a demo stream.
+#
+#   scripts/run.sh          install what is missing, build, start PostgreSQL and the broker (scripts/services.sh),
+#                           migrate, ensure the topics, start ingest and two workers, send the demo stream, print
+#                           the entitlements and the dead letters, re-drive the dead letters after configuring the
+#                           second app, then keep running (Ctrl-C stops everything; without a terminal, or with
+#                           RUN_DETACH=1, it returns and leaves the stack running)
+#   scripts/run.sh stop     stop ingest, the workers and the services (their data is deleted)
+#   scripts/run.sh status   what runs where
+#
+# Each run starts from empty services. The demo's workers trust a freshly minted test root in addition to
+# Apple's; nothing but this demo ever does (TRUSTED_ROOTS defaults to `apple`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
+stack="$root/.services/stack"
+log() { printf '\n== %s\n' "$*"; }
+
+# The demo's apps: the one configured from the start, and the one that is added later (its notification is
+# dead-lettered until then). Both use the minter's App Apple ID.
+app="com.example.pipeline.app:1234567890"
+later_app="com.example.pipeline.later:1234567890"
+ingest_port=${RUN_INGEST_PORT:-8080}
+partitions=4
+worker_ports=(${RUN_WORKER_PORTS:-8081 8082})
+
+alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+port_free() { python3 -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1]))); s.close()" "$1" 2>/dev/null; }
+
+stop_processes() {
+    local pids=()
+    for file in "$stack"/*.pid; do
+        [[ -f $file ]] && alive "$file" && { pids+=("$(cat "$file")"); kill -TERM "$(cat "$file")"; }
+        rm -f "$file"
+    done
+    for _ in $(seq 300); do  # graceful: workers commit what is durable and leave the group
+        local running=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+        ((running)) || break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
+stop_all() {
+    stop_processes
+    scripts/services.sh down
+    echo "stopped"
+}
+
+case "${1:-}" in
+stop) stop_all; exit 0 ;;
+status)
+    for file in "$stack"/*.pid; do [[ -f $file ]] && { alive "$file" && echo "$(basename "$file" .pid): running (pid $(cat "$file"))" || echo "$(basename "$file" .pid): not running"; }; done
+    scripts/services.sh status
+    exit 0 ;;
+"") ;;
+*) echo "usage: $0 [stop|status]" >&2; exit 2 ;;
+esac
 
 scripts/install.sh
-echo "== build"
-swift build 2>&1 | tail -1
+log "build"
+swift build --product ingest 2>&1 | tail -1
+swift build --product worker 2>&1 | tail -1
+swift build --product pipelinectl 2>&1 | tail -1
+swift build --product demo-notifications 2>&1 | tail -1
+bin=$(swift build --show-bin-path)
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-.build/debug/demo-notifications "$work/test-root.pem" 4 >"$work/bodies.jsonl"
-echo "== pipelinectl verify --root <fresh test root> --bundle-id com.example.pipeline.app --app-apple-id 1234567890 --environment Production"
-set +e
-.build/debug/pipelinectl verify --root "$work/test-root.pem" --bundle-id com.example.pipeline.app \
-    --app-apple-id 1234567890 --environment Production <"$work/bodies.jsonl" >"$work/verdicts.jsonl"
-status=$?
-set -e
-python3 - "$work/verdicts.jsonl" <<'PY'
+log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
+stop_processes
+scripts/services.sh down >/dev/null 2>&1 || true
+eval "$(scripts/services.sh up)"
+mkdir -p "$stack"
+export NOTIFICATIONS_TOPIC=appstore.notifications.v2 WORKER_GROUP_ID=appstore-worker LOG_LEVEL=${LOG_LEVEL:-notice}
+port_free "$ingest_port" || ingest_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+for i in "${!worker_ports[@]}"; do
+    port_free "${worker_ports[$i]}" || worker_ports[$i]=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+done
+
+log "pipelinectl migrate; pipelinectl topics ensure"
+"$bin/pipelinectl" migrate
+"$bin/pipelinectl" topics ensure --partitions "$partitions" --replication-factor 1
+
+start_worker() {  # number apps
+    local number=$1 apps=$2
+    APPS=$apps TRUSTED_ROOTS="apple,$stack/demo-root.pem" WORKER_MIGRATE=false WORKER_OPS_HOST=127.0.0.1 \
+        WORKER_OPS_PORT=${worker_ports[$((number - 1))]} KAFKA_CLIENT_ID=worker-$number \
+        KAFKA_CONFIG_SESSION_TIMEOUT_MS=6000 KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS=500 KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS=500 \
+        nohup "$bin/worker" >>"$stack/worker-$number.log" 2>&1 &
+    echo $! >"$stack/worker-$number.pid"
+}
+wait_ready() {  # url
+    for _ in $(seq 300); do curl -fsS "$1" >/dev/null 2>&1 && return; sleep 0.1; done
+    echo "not ready: $1 (logs in $stack)"; exit 1
+}
+assigned() {  # port → the partitions that worker owns (worker_assigned_partitions)
+    curl -fsS "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '$1 == "worker_assigned_partitions" { printf "%d", $2; found = 1 } END { if (!found) printf "0" }'
+}
+wait_settled() {  # ports… : together they own all $partitions partitions, each some. A rolling restart waits for
+    # this between steps: stopping a member while the group still rebalances leaves the tansu broker's group stuck
+    # with a departed leader (Kafka would expire it after its session timeout; tansu never does).
+    for _ in $(seq 600); do
+        local total=0 each=1
+        for port in "$@"; do
+            local count; count=$(assigned "$port")
+            total=$((total + count)); ((count > 0)) || each=0
+        done
+        ((total == partitions && each)) && return
+        sleep 0.1
+    done
+    echo "the group did not settle in 60 s (logs in $stack)"; exit 1
+}
+wait_drained() {  # the group has committed everything produced so far
+    local deadline=$((SECONDS + 120))
+    while ((SECONDS < deadline)); do
+        if "$bin/pipelinectl" lag --json 2>/dev/null | python3 -c '
 import json, sys
-for number, line in enumerate(open(sys.argv[1]), 1):
-    verdict = json.loads(line)
-    if verdict["valid"]:
-        payload, transaction = verdict["payload"], verdict["transactionInfo"] or {}
-        kind = payload["notificationType"] + ("/" + payload["subtype"] if "subtype" in payload else "")
-        print(f"  {number}. VALID    {kind:<42} originalTransactionId={transaction.get('originalTransactionId')} product={transaction.get('productId')}")
-    else:
-        print(f"  {number}. REFUSED  {verdict['error']:<42} {verdict['reason'][:90]}")
+lag = json.load(sys.stdin)
+sys.exit(0 if lag["totalLag"] == 0 and all(p["committed"] is not None for p in lag["partitions"] if p["end"] > 0) else 1)'; then return; fi
+        sleep 0.5
+    done
+    echo "the workers did not catch up in 2 minutes (logs in $stack)"; exit 1
+}
+
+log "ingest on :$ingest_port, workers on :${worker_ports[*]} (ops)"
+"$bin/demo-notifications" "$stack/demo-root.pem" 20 >"$stack/demo-bodies.jsonl"
+INGEST_HOST=127.0.0.1 INGEST_PORT=$ingest_port nohup "$bin/ingest" >>"$stack/ingest.log" 2>&1 &
+echo $! >"$stack/ingest.pid"
+start_worker 1 "$app"
+start_worker 2 "$app"
+wait_ready "http://127.0.0.1:$ingest_port/health/ready"
+for port in "${worker_ports[@]}"; do wait_ready "http://127.0.0.1:$port/health/ready"; done
+wait_settled "${worker_ports[@]}"
+echo "ready: APPS=$app, TRUSTED_ROOTS=apple + the demo's test root"
+
+log "POST the demo stream to http://127.0.0.1:$ingest_port/v2/notifications"
+python3 - "$ingest_port" "$stack/demo-bodies.jsonl" <<'PY'
+import collections, json, sys, urllib.request, urllib.error
+port, path = sys.argv[1], sys.argv[2]
+statuses, reasons = collections.Counter(), []
+for body in open(path):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/notifications", data=body.strip().encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            statuses[response.status] += 1
+    except urllib.error.HTTPError as error:
+        statuses[error.code] += 1
+        reasons.append(f"{error.code} {error.read().decode()[:160]}")
+print("responses: " + ", ".join(f"{count} × {status}" for status, count in sorted(statuses.items())))
+for reason in reasons: print("  " + reason)
 PY
-echo "pipelinectl exit status: $status (1 = at least one input was refused, as expected here)"
+wait_drained
+
+log "pipelinectl entitlements --all"
+"$bin/pipelinectl" entitlements --all
+log "pipelinectl dlq list"
+"$bin/pipelinectl" dlq list --limit 0
+
+log "configure the second app (APPS += $later_app), restart the workers one by one, re-drive the dead letters"
+for number in 1 2; do
+    other=${worker_ports[$((2 - number))]} own=${worker_ports[$((number - 1))]}
+    kill -TERM "$(cat "$stack/worker-$number.pid")"
+    while kill -0 "$(cat "$stack/worker-$number.pid")" 2>/dev/null; do sleep 0.1; done
+    wait_settled "$other"  # the other worker took over every partition
+    start_worker "$number" "$app,$later_app"
+    wait_ready "http://127.0.0.1:$own/health/ready"
+    wait_settled "$other" "$own"  # and gave some to the new one
+    echo "worker-$number restarted; partitions: $(assigned "$other") on :$other, $(assigned "$own") on :$own"
+done
+"$bin/pipelinectl" dlq redrive
+wait_drained
+echo "after the re-drive: the forged ones are dead-lettered again (redrive-count 1), the second app's notification is stored"
+"$bin/pipelinectl" dlq list --limit 0
+"$bin/pipelinectl" entitlements --all | grep -E "^ENVIRONMENT|com.example.pipeline.later"
+
+cat <<EOF
+
+== the pipeline is running
+  ingest        http://127.0.0.1:$ingest_port/v2/notifications   (health: /health/ready, metrics: /metrics)
+  workers       $(for port in "${worker_ports[@]}"; do printf 'http://127.0.0.1:%s/metrics  ' "$port"; done)
+  PostgreSQL    $POSTGRES_URL
+  Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
+  logs          $stack/*.log
+  operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements)
+  stop          scripts/run.sh stop$( [[ -t 0 && -z ${RUN_DETACH:-} ]] && echo "   (or Ctrl-C here)")
+EOF
+
+if [[ -t 0 && -z ${RUN_DETACH:-} ]]; then
+    trap 'echo; stop_all; exit 0' INT TERM
+    while alive "$stack/ingest.pid"; do sleep 1; done
+    echo "ingest exited (see $stack/ingest.log)"
+    stop_all
+fi

@@ -1,50 +1,80 @@
 import AppStoreNotifications
+import Foundation
 import TestSupport
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
-/// Prints demo material for the README's quick start: a fresh test root (PEM, to a file named by the first
-/// argument) and, on stdout, signed notification bodies followed by tampered copies. The keys exist only in
-/// this process; nothing private is written anywhere.
+/// The demo stream of `scripts/run.sh`: a fresh Apple-shaped test root (PEM, to the file named by the first
+/// argument; the demo's workers trust it in addition to Apple's) and, on stdout, one HTTP body per line in
+/// sending order: realistic subscription lifecycles (purchase, renewals, voluntary expiry, billing grace and
+/// recovery, refund, a downgrade that takes effect at the next renewal) signed as Apple would, with duplicates, a few forged copies, a
+/// notification of a second app that the demo does not configure at first (it is dead-lettered, then accepted
+/// after the configuration names it and it is re-driven), and a malformed body. The keys exist only in this
+/// process; nothing private is written anywhere.
 @main
 struct DemoNotifications {
+    /// The app the demo's workers accept, and the one they learn about later.
+    static let app = "com.example.pipeline.app"
+    static let laterApp = "com.example.pipeline.later"
+
     static func main() throws {
         let arguments = CommandLine.arguments
         guard arguments.count >= 2 else {
-            print("usage: demo-notifications ROOT_PEM_OUTPUT [COUNT]")
+            FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS]\n".utf8))
             exit(2)
         }
-        let count = arguments.count >= 3 ? Int(arguments[2]) ?? 4 : 4
+        let subscriptions = arguments.count >= 3 ? Int(arguments[2]) ?? 20 : 20
         let authority = try TestCertificateAuthority()
         let chain = try authority.issueChain()
-        let pem = try authority.rootCertificate.serializeAsPEM().pemString + "\n"
-        guard let file = fopen(arguments[1], "w") else {
-            print("cannot write \(arguments[1])")
-            exit(1)
-        }
-        fputs(pem, file)
-        fclose(file)
+        try Data((try authority.rootCertificate.serializeAsPEM().pemString + "\n").utf8).write(to: URL(fileURLWithPath: arguments[1]))
 
-        let minter = NotificationMinter(chain: chain)
-        let lifecycle: [(String, String?)] = [("SUBSCRIBED", "INITIAL_BUY"), ("DID_RENEW", nil), ("DID_CHANGE_RENEWAL_STATUS", "AUTO_RENEW_DISABLED"), ("EXPIRED", "VOLUNTARY")]
-        var bodies: [String] = []
-        for index in 0..<count {
-            let (type, subtype) = lifecycle[index % lifecycle.count]
-            let event = NotificationMinter.SubscriptionEvent.sample(seed: index, signedDate: 1_780_000_000_000 + Int64(index) * 60_000, type: type, subtype: subtype)
-            bodies.append(NotificationMinter.body(minter.signedNotification(event)))
+        // Lifecycles that started 70 days ago: some subscriptions are active now, some expired, one refunded.
+        let start = Int64(Date().timeIntervalSince1970 * 1000) - 70 * 86_400_000
+        var events = NotificationMinter.lifecycleEvents(subscriptions: subscriptions, start: start)
+        // A pending downgrade takes effect at the next renewal: the basic product from then on.
+        let month: Int64 = 30 * 86_400_000
+        events += events.filter { $0.subtype == "DOWNGRADE" }.map { downgrade in
+            var renewal = downgrade
+            renewal.notificationType = "DID_RENEW"
+            renewal.subtype = nil
+            renewal.notificationUUID = UUID(uuidString: "00000000-0000-4000-8000-" + String(downgrade.originalTransactionId.suffix(12)))!.uuidString
+            renewal.transactionId = downgrade.transactionId + "9"
+            renewal.productId = "com.example.pipeline.basic.monthly"
+            renewal.price = 4990
+            renewal.purchaseDate = downgrade.expiresDate
+            renewal.expiresDate = downgrade.expiresDate + month
+            renewal.signedDate = downgrade.expiresDate + 1_000
+            return renewal
         }
-        for body in bodies { print(body) }
-        // Tampered copies: one character of the signature changed, and a notification of another app.
-        if let first = bodies.first {
-            var bytes = Array(first.utf8)
-            let position = bytes.count - 12  // inside the signature segment, before the closing `"}`
-            bytes[position] = bytes[position] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-            print(String(decoding: bytes, as: UTF8.self))
+        let minter = NotificationMinter(chain: chain, bundleId: app)
+        let bodies = events.map { NotificationMinter.body(minter.signedNotification($0)) }
+
+        var stream: [String] = []
+        var duplicates = 0
+        for (index, body) in bodies.enumerated() {
+            stream.append(body)
+            if index % 5 == 2 {  // Apple retries: the same body again
+                stream.append(body)
+                duplicates += 1
+            }
         }
-        let foreign = NotificationMinter(chain: chain, bundleId: "com.attacker.app")
-        print(NotificationMinter.body(foreign.signedNotification(.sample(seed: 99))))
-        print(#"{"signedPayload": 42}"#)
+        // Forged: a signature byte changed; and a payload re-signed by a key Apple never certified.
+        var forged = Array(bodies[0].utf8)
+        let position = forged.count - 12  // inside the signature segment, before the closing `"}`
+        forged[position] = forged[position] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+        stream.append(String(decoding: forged, as: UTF8.self))
+        let stranger = NotificationMinter(chain: try TestCertificateAuthority().issueChain(), bundleId: app)
+        stream.append(NotificationMinter.body(stranger.signedNotification(events[1])))
+        // A genuine notification of an app the demo's workers are not configured for yet.
+        let fiveDaysAgo = start + 65 * 86_400_000
+        var laterEvent = NotificationMinter.lifecycleEvents(subscriptions: 1, firstSubscription: 9_000, start: fiveDaysAgo)[0]
+        laterEvent.productId = "com.example.pipeline.later.yearly"
+        laterEvent.expiresDate = laterEvent.purchaseDate + 365 * 86_400_000
+        stream.append(NotificationMinter.body(NotificationMinter(chain: chain, bundleId: laterApp).signedNotification(laterEvent)))
+        stream.append(#"{"signedPayload": 42}"#)
+
+        for body in stream { print(body) }
+        FileHandle.standardError.write(Data("""
+            demo stream: \(bodies.count) notifications of \(subscriptions) subscriptions (\(app)), \(duplicates) duplicates, \
+            2 forged, 1 of \(laterApp) (not configured yet), 1 malformed body\n
+            """.utf8))
     }
 }
