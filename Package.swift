@@ -115,6 +115,10 @@ let package = Package(
             dependencies: ["KafkaClient", .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
+            name: "worker-bench",
+            dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(
             name: "verify-bench",
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),

@@ -1,0 +1,194 @@
+import AppStoreNotifications
+import EntitlementStore
+import Foundation
+import KafkaClient
+import Logging
+import PostgresNIO
+import TestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Worker throughput end to end (topic → committed rows in PostgreSQL) with 1 and 2 `worker` processes, next to
+/// the verify-only rate of the same verifier on all cores measured in the same run, and the workers' RSS.
+///
+/// Usage: worker-bench BOOTSTRAP POSTGRES_URL [N]. Fills a fresh topic with N realistic notifications (subscription
+/// lifecycles, ≈10 % duplicates), then for each pool size starts the release `worker` binary next to this one on
+/// a fresh database and consumer group and waits until the group has committed the whole topic.
+@main
+struct WorkerBench {
+    static func main() async throws {
+        let arguments = CommandLine.arguments
+        guard arguments.count >= 3 else {
+            print("usage: worker-bench BOOTSTRAP POSTGRES_URL [N]")
+            exit(2)
+        }
+        let bootstrap = arguments[1]
+        let postgresURL = arguments[2]
+        let total = arguments.count > 3 ? Int(arguments[3]) ?? 100_000 : 100_000
+        let binary = URL(fileURLWithPath: arguments[0]).deletingLastPathComponent().appendingPathComponent("worker").path
+        let logger = {
+            var logger = Logger(label: "worker-bench")
+            logger.logLevel = .critical
+            return logger
+        }()
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        let work = NSTemporaryDirectory() + "worker-bench-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: work) }
+
+        // The stream: lifecycles (≈3.4 notifications per subscription) signed on all cores; every 10th repeated.
+        let started = ContinuousClock.now
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        try Data((try authority.rootCertificate.serializeAsPEM().pemString + "\n").utf8).write(to: URL(fileURLWithPath: work + "/root.pem"))
+        let distinct = total * 10 / 11
+        let events = Array(NotificationMinter.lifecycleEvents(subscriptions: distinct * 10 / 34 + 1).prefix(distinct))
+        let signed = await withTaskGroup(of: (Int, [String]).self) { group in
+            let chunk = (events.count + cores - 1) / cores
+            for start in stride(from: 0, to: events.count, by: chunk) {
+                group.addTask { (start, events[start..<min(start + chunk, events.count)].map(minter.signedNotification)) }
+            }
+            var parts: [(Int, [String])] = []
+            for await part in group { parts.append(part) }
+            return parts.sorted { $0.0 < $1.0 }.flatMap(\.1)
+        }
+        var payloads: [String] = []
+        for (index, payload) in signed.enumerated() {
+            payloads.append(payload)
+            if index % 10 == 0 { payloads.append(payload) }
+        }
+        let bytes = payloads.reduce(0) { $0 + $1.utf8.count } / payloads.count
+        print("worker-bench: \(payloads.count) notifications (\(distinct) distinct, \(payloads.count - distinct) duplicates), \(bytes) bytes each, \(cores) cores; minted in \(seconds(ContinuousClock.now - started)) s")
+
+        // Verify-only: the worker's verifier (same configuration, one shared chain cache) on all cores.
+        let verifier = try SignedPayloadVerifier(configuration: .init(
+            apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
+        let sample = Array(payloads.prefix(min(payloads.count, 20_000)))
+        _ = try await verifier.verifyNotification(sample[0])
+        let verifyStart = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for core in 0..<cores {
+                group.addTask {
+                    for index in stride(from: core, to: sample.count, by: cores) { _ = try await verifier.verifyNotification(sample[index]) }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let verifyRate = Double(sample.count) / seconds(ContinuousClock.now - verifyStart)
+        print("verify-only (all cores, warm cache, \(sample.count) notifications): \(Int(verifyRate)) notifications/s")
+
+        // Fill the topic.
+        let topic = "bench-worker-\(UUID().uuidString.prefix(8))"
+        let client = KafkaClientConfiguration(bootstrapServers: [bootstrap])
+        let admin = try KafkaAdminClient(configuration: client, logger: logger)
+        _ = try await admin.createTopics([.init(name: topic, partitions: 4), .init(name: topic + ".dead-letter", partitions: 1)])
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: client), logger: logger)
+        let produceStart = ContinuousClock.now
+        for start in stride(from: 0, to: payloads.count, by: 1_000) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for payload in payloads[start..<min(start + 1_000, payloads.count)] {
+                    group.addTask {
+                        _ = try await producer.sendAndAwait(KafkaProducerMessage(
+                            topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8)))
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        await producer.close()
+        print("topic \(topic) filled in \(seconds(ContinuousClock.now - produceStart)) s (4 partitions)")
+
+        print("")
+        print("workers   end-to-end notifications/s   ratio to verify-only   start-up s   total s   worker RSS MB (steady / peak)")
+        for workers in [1, 2] {
+            let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
+            try await withPostgres(postgresURL, logger: logger) { client in
+                _ = try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
+            }
+            let databaseURL = String(postgresURL[..<postgresURL.lastIndex(of: "/")!]) + "/" + database
+            let group = "bench-\(UUID().uuidString.prefix(8))"
+            let start = ContinuousClock.now
+            var processes: [Process] = []
+            for index in 0..<workers {
+                processes.append(try await ChildProcess.startWorker(binary: binary, environment: [
+                    "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "WORKER_GROUP_ID": group, "POSTGRES_URL": databaseURL,
+                    "APPS": "\(minter.bundleId):\(minter.appAppleId)", "TRUSTED_ROOTS": work + "/root.pem", "LOG_LEVEL": "error",
+                    "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()), "WORKER_BATCH_SIZE": "500",
+                    "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "500",
+                ], logFile: work + "/worker-\(workers)-\(index).log"))
+            }
+            // Done when every distinct notification is in the ledger (committed rows). The group's lag is not used:
+            // the tansu test broker reports the base offset of the last batch as the end offset.
+            var firstProgress: ContinuousClock.Instant?
+            var rssSamples: [Double] = []
+            let end = try await withPostgres(databaseURL, logger: logger) { client in
+                while true {
+                    try await Task.sleep(for: .milliseconds(250))
+                    let stored = (try? await ledgerCount(client, logger: logger)) ?? 0
+                    if stored > 0 {
+                        if firstProgress == nil { firstProgress = ContinuousClock.now }
+                        rssSamples.append(processes.map { residentMegabytes(pid: $0.processIdentifier) }.max() ?? 0)
+                    }
+                    if stored >= distinct { return ContinuousClock.now }
+                    if processes.contains(where: { !$0.isRunning }) {
+                        print("a worker exited; its log is in \(work)")
+                        exit(1)
+                    }
+                    if ContinuousClock.now - start > .seconds(1_800) {
+                        print("gave up after 30 minutes (\(stored) of \(distinct) stored)")
+                        exit(1)
+                    }
+                }
+            }
+            let peak = rssSamples.max() ?? 0
+            let steady = rssSamples.isEmpty ? 0 : rssSamples.sorted()[rssSamples.count / 2]
+            for process in processes { await ChildProcess.terminate(process) }
+            let ledger = try await withPostgres(databaseURL, logger: logger) { try await ledgerCount($0, logger: logger) }
+            guard ledger == distinct else {
+                print("the ledger holds \(ledger) notifications, expected \(distinct): the run is not valid")
+                exit(1)
+            }
+            let processing = seconds(end - (firstProgress ?? start))
+            let rate = Double(payloads.count) / processing
+            print(
+                "\(workers)".padding(toLength: 10, withPad: " ", startingAt: 0)
+                    + "\(Int(rate))".padding(toLength: 29, withPad: " ", startingAt: 0)
+                    + String(format: "%.2f", rate / verifyRate).padding(toLength: 23, withPad: " ", startingAt: 0)
+                    + String(format: "%.1f", seconds((firstProgress ?? start) - start)).padding(toLength: 13, withPad: " ", startingAt: 0)
+                    + String(format: "%.1f", seconds(end - start)).padding(toLength: 10, withPad: " ", startingAt: 0)
+                    + String(format: "%.0f / %.0f", steady, peak))
+        }
+        await admin.close()
+        print("")
+        print("end to end = all records (duplicates included) / time from the first notification stored to the last one stored")
+        print("(ledger count = distinct notifications). Broker, PostgreSQL and the workers share these \(cores) cores.")
+    }
+
+    static func ledgerCount(_ client: PostgresClient, logger: Logger) async throws -> Int {
+        var count = 0
+        for try await value in try await client.query("SELECT count(*)::int FROM notification_ledger", logger: logger).decode(Int.self) { count = value }
+        return count
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    /// VmRSS of `pid` in MB (0 when unreadable).
+    static func residentMegabytes(pid: Int32) -> Double {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
+        else { return 0 }
+        return kilobytes / 1024
+    }
+
+    static func withPostgres<T>(_ url: String, logger: Logger, isolation: isolated (any Actor)? = #isolation, _ body: (PostgresClient) async throws -> T) async throws -> T {
+        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
+        let running = Task { await client.run() }
+        defer { running.cancel() }
+        return try await body(client)
+    }
+}
