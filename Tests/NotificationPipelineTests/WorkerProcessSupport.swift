@@ -60,14 +60,14 @@ final class WorkerProcessFixture: @unchecked Sendable {
 
     /// A worker process for `group` writing to `postgresURL`; returns it and its ops port. Its log (LOG_LEVEL=info)
     /// goes to a file of the fixture's directory; `logTail` shows them all when an expectation fails.
-    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil) async throws -> (process: Process, opsPort: Int) {
+    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil, batchSize: Int = 100) async throws -> (process: Process, opsPort: Int) {
         let port = TestServices.freePort()
         let topic = topic ?? self.topic
         workerCount += 1
         let process = try await ChildProcess.startWorker(binary: binary, environment: [
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": topic + ".dead-letter", "WORKER_GROUP_ID": group,
             "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
-            "WORKER_BATCH_SIZE": "100", "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
+            "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
             // Fast group joins and failure detection on the test broker.
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
         ], logFile: directory + "/worker-\(workerCount).log")

@@ -70,8 +70,12 @@ struct WorkerProcessTests {
         // B. kill -9 of one worker mid-stream; a replacement joins; the group rebalances.
         let groupB = TestServices.uniqueName("killed")
         let databaseB = try await newDatabase("b")
-        workers = [try await fixture.startWorker(group: groupB, postgresURL: databaseB).process, try await fixture.startWorker(group: groupB, postgresURL: databaseB).process]
-        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 4), "\(fixture.logTail())")
+        // Small batches: more of them in flight, so the kill surely lands mid-stream.
+        workers = [
+            try await fixture.startWorker(group: groupB, postgresURL: databaseB, batchSize: 25).process,
+            try await fixture.startWorker(group: groupB, postgresURL: databaseB, batchSize: 25).process,
+        ]
+        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 10), "\(fixture.logTail())")
         await ChildProcess.kill(workers[0])
         let killedAt = await TestDatabase.ledgerCount(databaseB)
         workers[0] = try await fixture.startWorker(group: groupB, postgresURL: databaseB).process
@@ -89,7 +93,7 @@ struct WorkerProcessTests {
         let groupC = TestServices.uniqueName("outage")
         let started = [try await fixture.startWorker(group: groupC, postgresURL: databaseC), try await fixture.startWorker(group: groupC, postgresURL: databaseC)]
         workers = started.map(\.process)
-        #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct / 4), "\(fixture.logTail())")
+        #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct / 10), "\(fixture.logTail())")
         try privatePostgres.stop()
         let stoppedAt = ContinuousClock.now
         var notReady = false
