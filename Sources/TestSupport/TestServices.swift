@@ -93,7 +93,7 @@ extension ChildProcess {
         environment["LOG_LEVEL"] = "info"
         environment.merge(extra) { _, new in new }
         process.environment = environment
-        if !FileManager.default.fileExists(atPath: logFile) { FileManager.default.createFile(atPath: logFile, contents: nil) }
+        if !FileManager.default.fileExists(atPath: logFile) { _ = FileManager.default.createFile(atPath: logFile, contents: nil) }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logFile))
         try log.seekToEnd()
         process.standardError = log

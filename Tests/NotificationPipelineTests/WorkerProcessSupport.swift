@@ -144,7 +144,7 @@ final class WorkerProcessFixture: @unchecked Sendable {
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             let outputFile = directory + "/pipelinectl-\(UUID().uuidString).out"
-            FileManager.default.createFile(atPath: outputFile, contents: nil)
+            _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
             let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
             let process = Process()
             process.executableURL = URL(fileURLWithPath: binary)
