@@ -83,6 +83,16 @@ public enum ChildProcess {
 }
 
 extension ChildProcess {
+    /// VmRSS of `pid` in MB, from /proc (nil when unreadable): the benchmarks' memory figure.
+    public static func residentMegabytes(pid: Int32) -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
+        else { return nil }
+        return kilobytes / 1024
+    }
+
+
     /// Starts the `worker` binary with `environment` added to ours, its standard error appended to `logFile`
     /// (at `LOG_LEVEL=info` unless `environment` says otherwise, so a failing test can show what the worker
     /// did), and waits without blocking a thread until its ops server listens on `WORKER_OPS_PORT`.

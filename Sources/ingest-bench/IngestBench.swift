@@ -50,7 +50,7 @@ struct IngestBench {
             answered += requests
             print(String(format: "%11d %12.0f %8.2f %8.2f %9d %23.0f", concurrency, rate, percentile(latencies, 0.50) * 1000, percentile(latencies, 0.99) * 1000, failures, cpuPerRequest))
         }
-        let rss = residentMegabytes(pid: ingest.processIdentifier)
+        let rss = ChildProcess.residentMegabytes(pid: ingest.processIdentifier) ?? -1
         kill(ingest.processIdentifier, SIGTERM)
         ingest.waitUntilExit()
 
@@ -110,13 +110,5 @@ struct IngestBench {
         // After the command name: state is field 3, utime 14, stime 15 (1-based), i.e. indexes 11 and 12 here.
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-    }
-
-    static func residentMegabytes(pid: Int32) -> Double {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
-        else { return -1 }
-        return kilobytes / 1024
     }
 }

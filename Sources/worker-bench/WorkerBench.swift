@@ -129,7 +129,7 @@ struct WorkerBench {
                     let stored = (try? await ledgerCount(client, logger: logger)) ?? 0
                     if stored > 0 {
                         if firstProgress == nil { firstProgress = ContinuousClock.now }
-                        rssSamples.append(processes.map { residentMegabytes(pid: $0.processIdentifier) }.max() ?? 0)
+                        rssSamples.append(processes.map { ChildProcess.residentMegabytes(pid: $0.processIdentifier) ?? 0 }.max() ?? 0)
                     }
                     if stored >= distinct { return ContinuousClock.now }
                     if processes.contains(where: { !$0.isRunning }) {
@@ -176,14 +176,6 @@ struct WorkerBench {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
-    /// VmRSS of `pid` in MB (0 when unreadable).
-    static func residentMegabytes(pid: Int32) -> Double {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = line.split(separator: " ").dropFirst().first.flatMap({ Double($0) })
-        else { return 0 }
-        return kilobytes / 1024
-    }
 
     static func withPostgres<T>(_ url: String, logger: Logger, isolation: isolated (any Actor)? = #isolation, _ body: (PostgresClient) async throws -> T) async throws -> T {
         let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
