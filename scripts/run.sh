@@ -70,7 +70,9 @@ bin=$(swift build --show-bin-path)
 log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
 stop_processes
 scripts/services.sh down >/dev/null 2>&1 || true
-eval "$(scripts/services.sh up)"
+# An assignment, not `eval "$(…)"`: a service that did not start stops this script here, with its reason.
+services_env=$(scripts/services.sh up) || { echo "the services did not start (reason above)" >&2; exit 1; }
+eval "$services_env"
 mkdir -p "$stack"
 export NOTIFICATIONS_TOPIC=appstore.notifications.v2 WORKER_GROUP_ID=appstore-worker LOG_LEVEL=${LOG_LEVEL:-notice}
 port_free "$ingest_port" || ingest_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

