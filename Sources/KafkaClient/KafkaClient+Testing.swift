@@ -13,6 +13,13 @@ extension KafkaProducer {
         return true
     }
 
+    /// Raises a fatal error on the librdkafka instance in use (`rd_kafka_test_fatal_error`), as a broker that
+    /// fenced the idempotent producer would. Works on any cluster.
+    @_spi(Testing)
+    public func injectFatalError(reason: String) {
+        _ = rd_kafka_test_fatal_error(client.handle.pointer, RD_KAFKA_RESP_ERR_PRODUCER_FENCED, reason)
+    }
+
     /// The mock cluster's bootstrap servers, so other clients can join it.
     @_spi(Testing)
     public var mockBootstrapServers: String? {

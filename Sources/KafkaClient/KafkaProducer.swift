@@ -1,6 +1,7 @@
 import CRDKafka
 import Foundation
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -14,44 +15,75 @@ import Synchronization
 /// Delivery reports are served by a dedicated poll thread (`rd_kafka_poll`), never the cooperative pool.
 public final class KafkaProducer: Service, Sendable {
     public let configuration: KafkaProducerConfiguration
-    private let context: ProducerContext
-    /// The librdkafka instance in use, and those retired after a fatal error (closed with the producer).
+    private let logger: Logger
+    private let reports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>.Continuation
+    /// The librdkafka instance in use, and those retired after a fatal error and not destroyed yet.
     private let generations: Mutex<(current: Generation, retired: [Generation])>
     /// Reports of records sent with `send(_:)` (not `sendAndAwait`), in completion order.
     public let deliveryReports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>
     /// Set when `close()` begins: later sends fail instead of touching a destroyed handle.
     private let closed = Atomic<Bool>(false)
+    /// How many librdkafka instances were replaced after a fatal error (also `kafka_producer_replacements_total`).
+    private let replacementCount = Atomic<Int>(0)
 
-    /// One librdkafka producer instance and the thread that serves its delivery reports.
+    /// One librdkafka producer instance, its callback context and the thread that serves its delivery reports.
     final class Generation: Sendable {
         let client: RDKafkaClient
+        let context: ProducerContext
         let pollThread: PollThread
-        init(client: RDKafkaClient) {
+        init(client: RDKafkaClient, context: ProducerContext) {
             self.client = client
+            self.context = context
             self.pollThread = PollThread(handle: client.handle, name: "kafka-producer-poll")
+        }
+
+        /// librdkafka raised a fatal error on this instance, or a delivery report showed that the broker no
+        /// longer accepts its producer id (fenced): it can never deliver again and must be replaced.
+        var isUnusable: Bool {
+            context.fenced.load(ordering: .relaxed) || rd_kafka_fatal_error(client.handle.pointer, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR
         }
     }
 
     public init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         let (stream, continuation) = AsyncStream<Result<KafkaDeliveryReport, KafkaError>>.makeStream(bufferingPolicy: .bufferingNewest(100_000))
-        let context = ProducerContext(logger: logger, metricsLabel: "producer", reports: continuation)
         self.configuration = configuration
-        self.context = context
+        self.logger = logger
+        self.reports = continuation
         self.deliveryReports = stream
-        self.generations = Mutex((try Self.makeGeneration(configuration, context), []))
+        self.generations = Mutex((try Self.makeGeneration(configuration, logger: logger, reports: continuation), []))
     }
 
-    static func makeGeneration(_ configuration: KafkaProducerConfiguration, _ context: ProducerContext) throws(KafkaError) -> Generation {
+    /// Broker error codes that mean the idempotent producer's id or epoch is no longer accepted. librdkafka
+    /// raises most of them as fatal errors; a broker that answers them on a plain produce (tansu restarted from
+    /// its stored state answers PRODUCER_FENCED) leaves an instance that retries in vain, so they retire it too.
+    static let fencingCodes: Set<Int32> = [
+        RD_KAFKA_RESP_ERR__FATAL, RD_KAFKA_RESP_ERR_PRODUCER_FENCED, RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
+        RD_KAFKA_RESP_ERR_UNKNOWN_PRODUCER_ID, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+        RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING,
+    ].reduce(into: Set<Int32>()) { $0.insert($1.rawValue) }
+
+    static func makeGeneration(
+        _ configuration: KafkaProducerConfiguration, logger: Logger, reports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>.Continuation
+    ) throws(KafkaError) -> Generation {
+        let context = ProducerContext(logger: logger, metricsLabel: "producer", reports: reports)
         let client = try RDKafkaClient(type: RD_KAFKA_PRODUCER, properties: configuration.properties, context: context) { configuration in
             rd_kafka_conf_set_dr_msg_cb(configuration) { handle, message, _ in
                 guard let message, let context = RDKafkaCallbackContext.from(handle) as? ProducerContext else { return }
                 let result: Result<KafkaDeliveryReport, KafkaError>
-                if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+                let code = message.pointee.err
+                if code == RD_KAFKA_RESP_ERR_NO_ERROR {
                     context.brokersReachable.store(true, ordering: .relaxed)
                     let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
                     result = .success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset))
+                } else if KafkaProducer.fencingCodes.contains(code.rawValue) || rd_kafka_fatal_error(handle, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    // Not stored, and this instance never will store anything again; the next send runs on a new
+                    // one. For the caller that is a passing condition: retry (ingest answers 503, Apple retries).
+                    context.fenced.store(true, ordering: .relaxed)
+                    result = .failure(KafkaError(
+                        code: code.rawValue, message: "not stored: the producer instance was fenced or hit a fatal error (\(String(cString: rd_kafka_err2str(code)))); it is replaced, retry",
+                        isRetriable: true))
                 } else {
-                    result = .failure(KafkaError(message.pointee.err, message: "delivery failed: \(String(cString: rd_kafka_err2str(message.pointee.err)))"))
+                    result = .failure(KafkaError(code, message: "delivery failed: \(String(cString: rd_kafka_err2str(code)))"))
                 }
                 if let opaque = message.pointee._private {
                     // sendAndAwait: the waiter was retained when the record was queued; this is its one release.
@@ -61,14 +93,21 @@ public final class KafkaProducer: Service, Sendable {
                 }
             }
         }
-        return Generation(client: client)
+        return Generation(client: client, context: context)
     }
 
     /// The librdkafka instance in use.
     var client: RDKafkaClient { generations.withLock { $0.current.client } }
 
+    /// How many librdkafka instances were replaced after a fatal error since this producer was created.
+    public var replacements: Int { replacementCount.load(ordering: .relaxed) }
+
     /// Queues `message` and waits for the broker's acknowledgement (or the delivery timeout).
+    ///
+    /// A record in flight when the instance hits a fatal error fails with a retriable error (never a success
+    /// without a stored record); the next call runs on a fresh instance.
     public func sendAndAwait(_ message: KafkaProducerMessage) async throws(KafkaError) -> KafkaDeliveryReport {
+        await destroyDrainedGenerations()
         let result: Result<KafkaDeliveryReport, KafkaError> = await withCheckedContinuation { continuation in
             let waiter = DeliveryWaiter(continuation: continuation)
             let opaque = Unmanaged.passRetained(waiter).toOpaque()
@@ -86,7 +125,7 @@ public final class KafkaProducer: Service, Sendable {
     }
 
     /// Whether the last contact with the brokers succeeded (for readiness probes).
-    public var isBrokerReachable: Bool { context.brokersReachable.load(ordering: .relaxed) }
+    public var isBrokerReachable: Bool { generations.withLock { $0.current.context }.brokersReachable.load(ordering: .relaxed) }
 
     /// Asks the cluster for metadata: succeeds only when a broker answers within the timeout.
     public func checkBrokerReachable(timeoutMilliseconds: Int32 = 2_000) async -> Bool {
@@ -112,34 +151,61 @@ public final class KafkaProducer: Service, Sendable {
         do {
             try await flush(timeoutMilliseconds: Int32(configuration.flushTimeoutMilliseconds))
         } catch {
-            context.logger.warning("producer closed with records still in flight: \(error)")
+            logger.warning("producer closed with records still in flight: \(error)")
         }
         let all = generations.withLock { [$0.current] + $0.retired }
-        for generation in all {
-            // Whatever is still queued fails its waiter now, instead of waiting forever.
-            rd_kafka_purge(generation.client.handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
-            await generation.pollThread.stop()
-            await generation.client.destroy()
-        }
-        context.reports.finish()
+        for generation in all { await Self.destroy(generation) }
+        reports.finish()
     }
 
-    /// Replaces a librdkafka instance that hit a fatal error (e.g. an idempotent producer whose broker lost its
-    /// producer state). librdkafka's rule for fatal errors is to create a new instance; the old one's queued
-    /// records are purged, which fails their waiters (ingest answers 503, Apple retries), and it is destroyed
-    /// when the producer closes.
+    /// Fails whatever is still queued on `generation` (its waiters are answered), stops its poll thread after
+    /// the last report was served, and destroys its handle.
+    private static func destroy(_ generation: Generation) async {
+        rd_kafka_purge(generation.client.handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+        await generation.pollThread.stop()
+        await generation.client.destroy()
+    }
+
+    /// Destroys retired instances whose every record has been reported (so no waiter is left behind).
+    private func destroyDrainedGenerations() async {
+        let drained: [Generation] = generations.withLock { state in
+            guard !state.retired.isEmpty else { return [] }
+            var done: [Generation] = []
+            state.retired.removeAll { generation in
+                let drained = rd_kafka_outq_len(generation.client.handle.pointer) == 0
+                if drained { done.append(generation) }
+                return drained
+            }
+            return done
+        }
+        for generation in drained { await Self.destroy(generation) }
+    }
+
+    /// Replaces a librdkafka instance that can no longer deliver (fatal error, fenced producer id).
+    /// librdkafka's rule for fatal errors is to create a new instance; the new one is created outside the lock,
+    /// the old one's queued records are purged (their waiters fail retriably: ingest answers 503, Apple
+    /// retries) and it is destroyed once its reports were served.
     private func replace(_ failed: Generation) throws(KafkaError) -> Generation {
-        try generations.withLock { (state) throws(KafkaError) -> Generation in
-            guard state.current === failed else { return state.current }
-            var reason = [CChar](repeating: 0, count: 512)
-            let code = rd_kafka_fatal_error(failed.client.handle.pointer, &reason, reason.count)
-            context.logger.error("producer hit a fatal error \(KafkaError(code, message: String(nulTerminated: reason))); replacing its librdkafka instance")
-            let replacement = try Self.makeGeneration(configuration, context)
-            rd_kafka_purge(failed.client.handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+        let replacement = try Self.makeGeneration(configuration, logger: logger, reports: reports)
+        let installed: Generation? = generations.withLock { state in
+            guard state.current === failed else {
+                // Another caller replaced it first: this unused spare is destroyed with the drained ones.
+                state.retired.append(replacement)
+                return nil
+            }
             state.retired.append(failed)
             state.current = replacement
             return replacement
         }
+        guard let installed else { return generations.withLock { $0.current } }
+        var reason = [CChar](repeating: 0, count: 512)
+        let code = rd_kafka_fatal_error(failed.client.handle.pointer, &reason, reason.count)
+        let cause = code == RD_KAFKA_RESP_ERR_NO_ERROR ? "the broker fenced its producer id" : "\(KafkaError(code, message: String(nulTerminated: reason)))"
+        logger.error("producer instance replaced: \(cause)")
+        replacementCount.add(1, ordering: .relaxed)
+        Counter(label: "kafka_producer_replacements_total").increment()
+        rd_kafka_purge(failed.client.handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+        return installed
     }
 
     private func produce(_ message: KafkaProducerMessage, opaque: UnsafeMutableRawPointer?) -> KafkaError? {
@@ -148,9 +214,7 @@ public final class KafkaProducer: Service, Sendable {
         }
         var generation = generations.withLock { $0.current }
         do {
-            if rd_kafka_fatal_error(generation.client.handle.pointer, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR {
-                generation = try replace(generation)
-            }
+            if generation.isUnusable { generation = try replace(generation) }
             let error = produce(message, opaque: opaque, on: generation.client)
             guard error?.code == RD_KAFKA_RESP_ERR__FATAL.rawValue else { return error }
             return produce(message, opaque: opaque, on: try replace(generation).client)
@@ -194,6 +258,8 @@ final class DeliveryWaiter: Sendable {
 
 final class ProducerContext: RDKafkaCallbackContext, @unchecked Sendable {
     let reports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>.Continuation
+    /// Set by a delivery report that shows the instance fenced: it is replaced before the next record.
+    let fenced = Atomic<Bool>(false)
     init(logger: Logger, metricsLabel: String, reports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>.Continuation) {
         self.reports = reports
         super.init(logger: logger, metricsLabel: metricsLabel)

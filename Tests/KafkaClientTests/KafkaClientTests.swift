@@ -250,6 +250,44 @@ struct KafkaMockClusterTests {
         await producer.close()
     }
 
+    @Test("a fatal error fails in-flight records retriably, and the next record goes through a new instance")
+    func fatalErrorReplacesInstance() async throws {
+        let producer = try testProducer(bootstrap: "unused:9092", deliveryTimeout: 5_000, additional: Self.mock, logger: quietTestLogger)
+        _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: "fenced", value: [1]))
+        #expect(producer.replacements == 0)
+        producer.injectFatalError(reason: "test: fenced by the broker")
+        // The first record after the fatal error runs on a new instance: delivered, never a fatal error.
+        let report = try await producer.sendAndAwait(KafkaProducerMessage(topic: "fenced", value: [2]))
+        #expect(report.offset >= 0)
+        #expect(producer.replacements == 1)
+        _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: "fenced", value: [3]))
+        #expect(producer.replacements == 1, "a healthy instance is kept")
+        await producer.close()
+    }
+
+    @Test("a broker answering PRODUCER_FENCED to a produce: a retriable failure, then a new instance delivers")
+    func fencedByBroker() async throws {
+        let producer = try testProducer(bootstrap: "unused:9092", deliveryTimeout: 5_000, additional: Self.mock, logger: quietTestLogger)
+        _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: "fenced", value: [1]))
+        // 90 = PRODUCER_FENCED, what tansu answered after a restart from its stored state.
+        #expect(producer.injectMockErrors(apiKey: 0, codes: Array(repeating: 90, count: 50)))
+        var failures: [KafkaError] = []
+        var delivered = false
+        for attempt in 0..<5 where !delivered {
+            do {
+                _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: "fenced", value: [UInt8(10 + attempt)]))
+                delivered = true
+            } catch {
+                failures.append(error)
+            }
+        }
+        #expect(delivered, "no record delivered after the fencing: \(failures)")
+        #expect(!failures.isEmpty, "the fenced record was reported delivered")
+        #expect(failures.allSatisfy { $0.isRetriable && !$0.isFatal }, "\(failures)")
+        #expect(producer.replacements == 1)
+        await producer.close()
+    }
+
     @Test("offsets for a timestamp: the broker's time index where it has one, the scan where it does not")
     func offsetsForTimes() async throws {
         let producer = try testProducer(bootstrap: "unused:9092", additional: Self.mock)
