@@ -96,10 +96,16 @@ public struct EntitlementStore: Sendable {
             var outcome = BatchOutcome()
             // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
             //    waits here for our commit, so a notification is applied by exactly one transaction.
-            let keys = batch.map(\.deduplicationKey)
+            //    Keys go in sorted (byte) order, the same in every worker, so two batches that overlap during a
+            //    partition handoff wait on each other instead of deadlocking.
+            let keys = Set(batch.map(\.deduplicationKey)).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
             var fresh: Set<String> = []
             let inserted = try await connection.query(
-                "INSERT INTO notification_ledger (notification_uuid) SELECT DISTINCT unnest(\(keys)::text[]) ON CONFLICT DO NOTHING RETURNING notification_uuid",
+                """
+                INSERT INTO notification_ledger (notification_uuid)
+                SELECT k FROM unnest(\(keys)::text[]) WITH ORDINALITY AS u(k, position) ORDER BY position
+                ON CONFLICT DO NOTHING RETURNING notification_uuid
+                """,
                 logger: logger)
             for try await key in inserted.decode(String.self) { fresh.insert(key) }
             // A key is applied once: its first occurrence if it is new, never again.
@@ -116,13 +122,13 @@ public struct EntitlementStore: Sendable {
                     rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized, signedPayloads: firstSeen.map(\.signedPayload),
                     payloads: firstSeen.map { JSONValue.object($0.verified.json).serialized }),
                 logger: logger)
-            let transactions = Self.newestTransactions(firstSeen)
+            let transactions = Self.newestTransactions(firstSeen).sorted { ($0.0.model.transactionId ?? "").utf8.lexicographicallyPrecedes(($1.0.model.transactionId ?? "").utf8) }
             if !transactions.isEmpty {
                 try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
             }
 
             // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
-            var current = try await lockedEntitlements(Set(firstSeen.compactMap(\.entitlementKey)), on: connection)
+            var current = try await lockedEntitlements(Set(firstSeen.flatMap(\.entitlementKeys)), on: connection)
             var changed: [EntitlementKey] = []  // in first-change order
             var changedSet: Set<EntitlementKey> = []
             for record in firstSeen {
@@ -132,13 +138,22 @@ public struct EntitlementStore: Sendable {
                     if changedSet.insert(key).inserted { changed.append(key) }
                     current[key] = state
                     outcome.entitlementsUpdated += 1
+                    // A switch to or from a bundle: the previous subscription's row stops granting access.
+                    if let previous = state.previousOriginalTransactionId, previous != key.originalTransactionId {
+                        let previousKey = EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)
+                        if let superseded = EntitlementTransition.supersede(current[previousKey], originalTransactionId: previous, by: state) {
+                            if changedSet.insert(previousKey).inserted { changed.append(previousKey) }
+                            current[previousKey] = superseded
+                        }
+                    }
                 case .stale:
                     outcome.stale += 1
                 case .notApplicable:
                     break
                 }
             }
-            let rows = try changed.compactMap { key in try current[key].map(Self.entitlementRow) }
+            // Written in key order, the order the rows were locked in (no deadlock between two workers' inserts).
+            let rows = try changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try current[key].map(Self.entitlementRow) }
             if !rows.isEmpty {
                 try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
             }
@@ -150,19 +165,27 @@ public struct EntitlementStore: Sendable {
         var environment: String
         var bundleId: String
         var originalTransactionId: String
+
+        /// Byte order, as PostgreSQL's `COLLATE "C"` sorts: every worker locks and inserts rows in this order.
+        static func lockOrder(_ a: EntitlementKey, _ b: EntitlementKey) -> Bool {
+            for (x, y) in [(a.environment, b.environment), (a.bundleId, b.bundleId), (a.originalTransactionId, b.originalTransactionId)] where x != y {
+                return x.utf8.lexicographicallyPrecedes(y.utf8)
+            }
+            return false
+        }
     }
 
     /// The current rows, locked until the transaction ends (so two workers never interleave on one subscription),
     /// in key order (so two transactions locking overlapping sets cannot deadlock).
     func lockedEntitlements(_ keys: Set<EntitlementKey>, on connection: PostgresConnection) async throws -> [EntitlementKey: EntitlementState] {
         guard !keys.isEmpty else { return [:] }
-        let ordered = keys.sorted { ($0.environment, $0.bundleId, $0.originalTransactionId) < ($1.environment, $1.bundleId, $1.originalTransactionId) }
+        let ordered = keys.sorted(by: EntitlementKey.lockOrder)
         let rows = try await connection.query(
             """
             SELECT e.state::text FROM entitlements e
             JOIN unnest(\(ordered.map(\.environment))::text[], \(ordered.map(\.bundleId))::text[], \(ordered.map(\.originalTransactionId))::text[])
                 AS k(environment, bundle_id, original_transaction_id) USING (environment, bundle_id, original_transaction_id)
-            ORDER BY e.environment, e.bundle_id, e.original_transaction_id
+            ORDER BY e.environment COLLATE "C", e.bundle_id COLLATE "C", e.original_transaction_id COLLATE "C"
             FOR UPDATE OF e
             """,
             logger: logger)
@@ -257,6 +280,8 @@ public struct EntitlementStore: Sendable {
             "app_account_token": text(t.appAccountToken),
             "ownership_type": text(t.rawInAppOwnershipType),
             "signed_date": millis(transaction.signedDate),
+            "revocation_percentage": integer(t.revocationPercentage),
+            "app_transaction_id": text(t.appTransactionId),
             "payload": .object(transaction.json),
         ]))
     }
@@ -266,21 +291,24 @@ public struct EntitlementStore: Sendable {
         """
         INSERT INTO transactions (transaction_id, original_transaction_id, environment, bundle_id, product_id, type, purchase_date,
             expires_date, quantity, revocation_date, revocation_reason, revocation_type, price, currency, app_account_token,
-            ownership_type, signed_date, payload)
+            ownership_type, signed_date, revocation_percentage, app_transaction_id, payload)
         SELECT r.transaction_id, r.original_transaction_id, r.environment, r.bundle_id, r.product_id, r.type,
             to_timestamp(r.purchase_date / 1000.0), to_timestamp(r.expires_date / 1000.0), r.quantity,
             to_timestamp(r.revocation_date / 1000.0), r.revocation_reason, r.revocation_type, r.price, r.currency,
-            r.app_account_token, r.ownership_type, to_timestamp(r.signed_date / 1000.0), r.payload
+            r.app_account_token, r.ownership_type, to_timestamp(r.signed_date / 1000.0), r.revocation_percentage,
+            r.app_transaction_id, r.payload
         FROM jsonb_to_recordset(\(rows)::jsonb) AS r(transaction_id text, original_transaction_id text, environment text,
             bundle_id text, product_id text, type text, purchase_date bigint, expires_date bigint, quantity integer,
             revocation_date bigint, revocation_reason integer, revocation_type text, price bigint, currency text,
-            app_account_token text, ownership_type text, signed_date bigint, payload jsonb)
+            app_account_token text, ownership_type text, signed_date bigint, revocation_percentage integer,
+            app_transaction_id text, payload jsonb)
         ON CONFLICT (transaction_id) DO UPDATE SET
             product_id = EXCLUDED.product_id, type = EXCLUDED.type, purchase_date = EXCLUDED.purchase_date,
             expires_date = EXCLUDED.expires_date, quantity = EXCLUDED.quantity, revocation_date = EXCLUDED.revocation_date,
             revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type, price = EXCLUDED.price,
             currency = EXCLUDED.currency, app_account_token = EXCLUDED.app_account_token, ownership_type = EXCLUDED.ownership_type,
-            signed_date = EXCLUDED.signed_date, payload = EXCLUDED.payload
+            signed_date = EXCLUDED.signed_date, revocation_percentage = EXCLUDED.revocation_percentage,
+            app_transaction_id = EXCLUDED.app_transaction_id, payload = EXCLUDED.payload
         WHERE transactions.signed_date < EXCLUDED.signed_date
         """
     }
@@ -312,30 +340,45 @@ public struct EntitlementStore: Sendable {
             "last_notification_subtype": text(s.lastNotificationSubtype),
             "last_signed_date": millis(s.lastSignedDate),
             "apple_status": integer(s.appleStatus),
+            "period_transaction_id": text(s.periodTransactionId),
+            "period_purchase_date": millis(s.periodPurchaseDate),
+            "revocation_percentage": integer(s.revocationPercentage),
+            "app_transaction_id": text(s.appTransactionId),
+            "previous_original_transaction_id": text(s.previousOriginalTransactionId),
+            "superseded_by": text(s.supersededBy),
+            "last_notification_uuid": text(s.lastNotificationUUID),
+            "last_order_key": .string(EntitlementTransition.order(of: s).key),
             "state": .string(String(decoding: try JSONEncoder().encode(s), as: UTF8.self)),
         ]))
     }
 
-    /// The `signedDate` guard: a row only ever moves to a newer notification's state.
+    /// The order guard: a row only ever moves to the state of a notification later in `EntitlementTransition.Order`
+    /// (signedDate, status severity, notificationUUID: `last_order_key`, compared byte-wise whatever the
+    /// database's collation). Rows written before schema 4 have no key: their signedDate decides, ties applied.
     static func entitlementStatement(rows: String) -> PostgresQuery {
         """
         INSERT INTO entitlements (environment, bundle_id, original_transaction_id, product_id, subscription_group_id, status,
             expires_at, grace_period_expires_at, auto_renew_status, auto_renew_product_id, billing_issue_since, revocation_date,
             revocation_reason, revocation_type, ownership_type, offer_type, offer_identifier, offer_discount_type,
             app_account_token, price, currency, last_notification_type, last_notification_subtype, last_signed_date,
-            apple_status, state, updated_at)
+            apple_status, period_transaction_id, period_purchase_date, revocation_percentage, app_transaction_id,
+            previous_original_transaction_id, superseded_by, last_notification_uuid, last_order_key, state, updated_at)
         SELECT r.environment, r.bundle_id, r.original_transaction_id, r.product_id, r.subscription_group_id, r.status,
             to_timestamp(r.expires_at / 1000.0), to_timestamp(r.grace_period_expires_at / 1000.0), r.auto_renew_status,
             r.auto_renew_product_id, to_timestamp(r.billing_issue_since / 1000.0), to_timestamp(r.revocation_date / 1000.0),
             r.revocation_reason, r.revocation_type, r.ownership_type, r.offer_type, r.offer_identifier, r.offer_discount_type,
             r.app_account_token, r.price, r.currency, r.last_notification_type, r.last_notification_subtype,
-            to_timestamp(r.last_signed_date / 1000.0), r.apple_status, r.state::jsonb, now()
+            to_timestamp(r.last_signed_date / 1000.0), r.apple_status, r.period_transaction_id,
+            to_timestamp(r.period_purchase_date / 1000.0), r.revocation_percentage, r.app_transaction_id,
+            r.previous_original_transaction_id, r.superseded_by, r.last_notification_uuid, r.last_order_key, r.state::jsonb, now()
         FROM jsonb_to_recordset(\(rows)::jsonb) AS r(environment text, bundle_id text, original_transaction_id text, product_id text,
             subscription_group_id text, status text, expires_at bigint, grace_period_expires_at bigint, auto_renew_status integer,
             auto_renew_product_id text, billing_issue_since bigint, revocation_date bigint, revocation_reason integer,
             revocation_type text, ownership_type text, offer_type integer, offer_identifier text, offer_discount_type text,
             app_account_token text, price bigint, currency text, last_notification_type text, last_notification_subtype text,
-            last_signed_date bigint, apple_status integer, state text)
+            last_signed_date bigint, apple_status integer, period_transaction_id text, period_purchase_date bigint,
+            revocation_percentage integer, app_transaction_id text, previous_original_transaction_id text, superseded_by text,
+            last_notification_uuid text, last_order_key text, state text)
         ON CONFLICT (environment, bundle_id, original_transaction_id) DO UPDATE SET
             product_id = EXCLUDED.product_id, subscription_group_id = EXCLUDED.subscription_group_id, status = EXCLUDED.status,
             expires_at = EXCLUDED.expires_at, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
@@ -346,8 +389,14 @@ public struct EntitlementStore: Sendable {
             offer_discount_type = EXCLUDED.offer_discount_type, app_account_token = EXCLUDED.app_account_token,
             price = EXCLUDED.price, currency = EXCLUDED.currency, last_notification_type = EXCLUDED.last_notification_type,
             last_notification_subtype = EXCLUDED.last_notification_subtype, last_signed_date = EXCLUDED.last_signed_date,
-            apple_status = EXCLUDED.apple_status, state = EXCLUDED.state, updated_at = now()
-        WHERE entitlements.last_signed_date < EXCLUDED.last_signed_date
+            apple_status = EXCLUDED.apple_status, period_transaction_id = EXCLUDED.period_transaction_id,
+            period_purchase_date = EXCLUDED.period_purchase_date, revocation_percentage = EXCLUDED.revocation_percentage,
+            app_transaction_id = EXCLUDED.app_transaction_id,
+            previous_original_transaction_id = EXCLUDED.previous_original_transaction_id, superseded_by = EXCLUDED.superseded_by,
+            last_notification_uuid = EXCLUDED.last_notification_uuid, last_order_key = EXCLUDED.last_order_key,
+            state = EXCLUDED.state, updated_at = now()
+        WHERE CASE WHEN entitlements.last_order_key IS NULL THEN entitlements.last_signed_date <= EXCLUDED.last_signed_date
+            ELSE entitlements.last_order_key COLLATE "C" < EXCLUDED.last_order_key COLLATE "C" END
         """
     }
 }
@@ -357,5 +406,12 @@ extension StoredNotification {
     var entitlementKey: EntitlementStore.EntitlementKey? {
         guard let originalTransactionId = verified.transactionInfo?.model.originalTransactionId else { return nil }
         return EntitlementStore.EntitlementKey(environment: verified.environment.rawValue, bundleId: verified.bundleId, originalTransactionId: originalTransactionId)
+    }
+
+    /// Every row the notification may change: its subscription's, and the one it continues after a migration.
+    var entitlementKeys: [EntitlementStore.EntitlementKey] {
+        guard let key = entitlementKey else { return [] }
+        guard let previous = verified.transactionInfo?.model.previousOriginalTransactionId, previous != key.originalTransactionId else { return [key] }
+        return [key, EntitlementStore.EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)]
     }
 }

@@ -136,5 +136,47 @@ public enum Migrations {
             $$
             """,
         ]),
+        // Entitlement correctness (which transaction the period reflects, ties of signedDate, revocation
+        // percentage, family and bundle-migration links), the grace backstop and a configurable expiry leeway in
+        // the view, and a production-only view. Columns are only added; the views are recreated (a view's `*`
+        // is fixed when it is created, so new columns need a new view).
+        Migration(version: 4, name: "entitlement periods, ordering, links; leeway and production views", sql: [
+            """
+            ALTER TABLE entitlements
+                ADD COLUMN period_transaction_id text,
+                ADD COLUMN period_purchase_date timestamptz,
+                ADD COLUMN revocation_percentage integer,
+                ADD COLUMN app_transaction_id text,
+                ADD COLUMN previous_original_transaction_id text,
+                ADD COLUMN superseded_by text,
+                ADD COLUMN last_notification_uuid text,
+                ADD COLUMN last_order_key text
+            """,
+            "CREATE INDEX entitlements_by_app_transaction_id ON entitlements (app_transaction_id)",
+            """
+            ALTER TABLE transactions
+                ADD COLUMN revocation_percentage integer,
+                ADD COLUMN app_transaction_id text
+            """,
+            """
+            CREATE TABLE entitlement_settings (
+                only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+                expiry_leeway interval NOT NULL DEFAULT interval '2 minutes'
+            )
+            """,
+            "INSERT INTO entitlement_settings DEFAULT VALUES",
+            "DROP VIEW entitlements_now",
+            """
+            CREATE VIEW entitlements_now AS
+            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND CASE
+                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
+                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
+                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
+                ELSE true END) AS is_active
+            FROM entitlements e
+            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
+            """,
+            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
+        ]),
     ]
 }

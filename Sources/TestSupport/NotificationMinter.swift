@@ -38,6 +38,18 @@ public struct NotificationMinter: Sendable {
         public var price: Int64 = 9990
         public var currency = "USD"
         public var inAppOwnershipType = "PURCHASED"
+        /// The renewal info's `renewalDate` (the latest period's end); default: `expiresDate`.
+        public var renewalDate: Int64?
+        public var isUpgraded: Bool?
+        public var previousOriginalTransactionId: String?
+        /// With `revocationDate`: `REFUND_FULL` (default), `REFUND_PRORATED` or `FAMILY_REVOKE`.
+        public var revocationType = "REFUND_FULL"
+        /// With `revocationDate`, in thousandths of a percent (default 100000).
+        public var revocationPercentage: Int64 = 100_000
+        /// False: the notification carries no `signedRenewalInfo` (Apple omits it in some cases).
+        public var includesRenewalInfo = true
+        /// False: the notification carries no `data.status`.
+        public var includesStatus = true
 
         public init(
             notificationType: String, subtype: String? = nil, notificationUUID: String, signedDate: Int64,
@@ -101,9 +113,11 @@ public struct NotificationMinter: Sendable {
         if let revocationDate = event.revocationDate {
             transaction["revocationDate"] = number(revocationDate)
             transaction["revocationReason"] = number(Int64(event.revocationReason ?? 0))
-            transaction["revocationType"] = .string("REFUND_FULL")
-            transaction["revocationPercentage"] = number(100_000)
+            transaction["revocationType"] = .string(event.revocationType)
+            transaction["revocationPercentage"] = number(event.revocationPercentage)
         }
+        if let isUpgraded = event.isUpgraded { transaction["isUpgraded"] = .bool(isUpgraded) }
+        if let previous = event.previousOriginalTransactionId { transaction["previousOriginalTransactionId"] = .string(previous) }
         return transaction
     }
 
@@ -118,7 +132,7 @@ public struct NotificationMinter: Sendable {
             "signedDate": number(event.signedDate),
             "environment": .string(environment.rawValue),
             "recentSubscriptionStartDate": number(event.purchaseDate - 90 * 24 * 3600 * 1000),
-            "renewalDate": number(event.expiresDate),
+            "renewalDate": number(event.renewalDate ?? event.expiresDate),
             "renewalPrice": number(event.price),
             "currency": .string(event.currency),
             "appAccountToken": .string(event.appAccountToken),
@@ -140,8 +154,8 @@ public struct NotificationMinter: Sendable {
             "signedTransactionInfo": .string(chain.sign(transaction(event))),
         ])
         if event.productType == "Auto-Renewable Subscription" {
-            data["signedRenewalInfo"] = .string(chain.sign(renewalInfo(event)))
-            data["status"] = number(Int64(event.status))
+            if event.includesRenewalInfo { data["signedRenewalInfo"] = .string(chain.sign(renewalInfo(event))) }
+            if event.includesStatus { data["status"] = number(Int64(event.status)) }
         }
         var payload = JSONObject([
             "notificationType": .string(event.notificationType),

@@ -81,7 +81,7 @@ struct IdentityAndModelTests {
     @Test("every documented notification type and subtype has a typed value")
     func enumerations() {
         #expect(NotificationTypeV2.allCases.count == 23)
-        #expect(Subtype.allCases.count == 17)
+        #expect(Subtype.allCases.count == 19)  // with CREATED and ACTIVE_TOKEN_REMINDER (external purchase tokens)
         #expect(NotificationTypeV2(rawValue: "ONE_TIME_CHARGE") == .oneTimeCharge)
         #expect(SubscriptionStatus(rawValue: 5) == .revoked)
         #expect(OfferType(rawValue: 4) == .winBackOffer)

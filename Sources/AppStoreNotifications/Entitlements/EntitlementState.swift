@@ -16,6 +16,9 @@ public struct EntitlementState: Sendable, Hashable, Codable {
         case refunded
         /// Access revoked (family sharing stopped, or Apple's `REVOKE`).
         case revoked
+        /// Superseded: a switch to or from a subscription bundle continued this subscription under a new
+        /// `originalTransactionId` (`supersededBy`); the new row grants access, this one never again.
+        case migrated
 
         /// Whether this status grants access (before the expiry backstop).
         public var grantsAccess: Bool { self == .active || self == .gracePeriod }
@@ -57,12 +60,56 @@ public struct EntitlementState: Sendable, Hashable, Codable {
     /// Apple's `data.status` as received (1 active … 5 revoked), nil when the notification had none.
     public var appleStatus: Int32?
 
+    // Added in schema 4 (absent from rows written before: decoded as nil).
+
+    /// The transaction whose period the row reflects (`expiresAt`, product, price, offer, revocation): a
+    /// notification carrying an older one (the refund of an earlier renewal) records it in `transactions`
+    /// without rolling the period back.
+    public var periodTransactionId: String?
+    /// That transaction's purchase date (with `expiresAt`, what "older" is measured by).
+    public var periodPurchaseDate: Timestamp?
+    /// Refunded share of the period's transaction, in thousandths of a percent (REFUND_PRORATED).
+    public var revocationPercentage: Int32?
+    /// Apple's id of the app download (per Apple Account and app): the link between a family member's row,
+    /// which never has an `appAccountToken`, and the member's other purchases.
+    public var appTransactionId: String?
+    /// The `originalTransactionId` this subscription had before a switch to or from a bundle.
+    public var previousOriginalTransactionId: String?
+    /// Set on a `migrated` row: the `originalTransactionId` that continues it.
+    public var supersededBy: String?
+    /// The notificationUUID of the notification that last changed this row (the tie-breaker of equal signedDates).
+    public var lastNotificationUUID: String?
+
+    /// A row with what every row has; the other fields start empty.
+    public init(environment: String, bundleId: String, originalTransactionId: String, status: Status, lastNotificationType: String, lastSignedDate: Timestamp) {
+        self.environment = environment
+        self.bundleId = bundleId
+        self.originalTransactionId = originalTransactionId
+        self.status = status
+        self.lastNotificationType = lastNotificationType
+        self.lastSignedDate = lastSignedDate
+    }
+
+    /// The expiry backstop's default leeway, as in the database's `entitlement_settings.expiry_leeway`.
+    public static let defaultExpiryLeewayMilliseconds: Int64 = 2 * 60 * 1000
+
+    /// Apple's longest billing grace period (28 days): the backstop of a grace period whose end date is unknown.
+    public static let longestGracePeriodMilliseconds: Int64 = 28 * 24 * 3600 * 1000
+
     /// Whether the subscriber has access at `now`: the status must grant it, and an expiry in the past ends it
-    /// even if the notification saying so has not arrived (yet): the expiry backstop.
-    public func isActive(at now: Timestamp) -> Bool {
+    /// even if the notification saying so has not arrived (yet): the expiry backstop, `leewayMilliseconds` late
+    /// (a renewal notification a few minutes late then denies nothing; a lapsed subscriber keeps access that long).
+    /// A grace period ends at `gracePeriodExpiresAt`; without one (no renewal info), Apple still grants access,
+    /// so it ends at the latest Apple allows: 28 days after `expiresAt`.
+    public func isActive(at now: Timestamp, leewayMilliseconds: Int64 = defaultExpiryLeewayMilliseconds) -> Bool {
         guard status.grantsAccess else { return false }
-        if status == .gracePeriod, let grace = gracePeriodExpiresAt { return now < grace }
-        if let expiresAt { return now < expiresAt }
+        let now = now.millisecondsSince1970 - leewayMilliseconds
+        if status == .gracePeriod {
+            if let grace = gracePeriodExpiresAt { return now < grace.millisecondsSince1970 }
+            if let expiresAt { return now < expiresAt.millisecondsSince1970 + Self.longestGracePeriodMilliseconds }
+            return true
+        }
+        if let expiresAt { return now < expiresAt.millisecondsSince1970 }
         return true
     }
 }

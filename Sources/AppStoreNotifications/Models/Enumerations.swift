@@ -47,6 +47,10 @@ public enum Subtype: String, Sendable, CaseIterable, Codable {
     case summary = "SUMMARY"
     case failure = "FAILURE"
     case unreported = "UNREPORTED"
+    /// EXTERNAL_PURCHASE_TOKEN: a token was created.
+    case created = "CREATED"
+    /// EXTERNAL_PURCHASE_TOKEN: a reminder that a token is still active and must be reported.
+    case activeTokenReminder = "ACTIVE_TOKEN_REMINDER"
 }
 
 /// [environment](https://developer.apple.com/documentation/appstoreservernotifications/environment)

@@ -42,6 +42,9 @@ public struct JWSTransactionDecodedPayload: Sendable, Hashable, Codable {
     public var rawBillingPlanType: String?
     /// Commitment (monthly billing of a yearly plan) details, kept verbatim.
     public var commitmentInfo: JSONValue?
+    /// Set when a switch to or from a subscription bundle gave the subscription a new `originalTransactionId`:
+    /// the one it had before (whose entitlement this one supersedes).
+    public var previousOriginalTransactionId: String?
 
     public var type: ProductType? { rawType.flatMap(ProductType.init(rawValue:)) }
     public var inAppOwnershipType: InAppOwnershipType? { rawInAppOwnershipType.flatMap(InAppOwnershipType.init(rawValue:)) }
@@ -73,6 +76,6 @@ public struct JWSTransactionDecodedPayload: Sendable, Hashable, Codable {
         case rawRevocationType = "revocationType"
         case revocationPercentage, advancedCommerceInfo
         case rawBillingPlanType = "billingPlanType"
-        case commitmentInfo
+        case commitmentInfo, previousOriginalTransactionId
     }
 }
