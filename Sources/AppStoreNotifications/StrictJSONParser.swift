@@ -138,7 +138,7 @@ extension StrictJSONParser {
                     if seen.isEmpty { seen = Set(members.map(\.key)) }
                     duplicate = !seen.insert(key).inserted
                 }
-                if duplicate { throw fail("duplicate key \"\(key)\"", at: keyOffset) }
+                if duplicate { throw fail("duplicate key \(UntrustedText.quoted(key))", at: keyOffset) }
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
                 index += 1

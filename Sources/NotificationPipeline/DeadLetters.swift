@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import EntitlementStore
 import Foundation
 import KafkaClient
@@ -18,9 +19,10 @@ public struct DeadLetter: Sendable {
     public init(_ record: KafkaConsumerMessage) {
         self.record = record
         let headers = record.headers
-        errorCode = headers.string(DeadLetterHeader.errorCode) ?? "unknown"
-        errorReason = headers.string(DeadLetterHeader.errorReason) ?? ""
-        errorCause = headers.string(DeadLetterHeader.errorCause)
+        // Headers of records already on the topic may hold attacker text written before reasons were escaped.
+        errorCode = headers.string(DeadLetterHeader.errorCode).map { UntrustedText.escaped($0, limit: 64) } ?? "unknown"
+        errorReason = headers.string(DeadLetterHeader.errorReason).map { UntrustedText.escaped($0, limit: 400) } ?? ""
+        errorCause = headers.string(DeadLetterHeader.errorCause).map { UntrustedText.escaped($0, limit: 64) }
         if let topic = headers.string(DeadLetterHeader.originalTopic), let partition = headers.string(DeadLetterHeader.originalPartition).flatMap(Int32.init),
            let offset = headers.string(DeadLetterHeader.originalOffset).flatMap(Int64.init) {
             original = RecordPosition(topic: topic, partition: partition, offset: offset)

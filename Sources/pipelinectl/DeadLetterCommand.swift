@@ -47,7 +47,10 @@ struct DeadLetterCommand: AsyncParsableCommand {
             for letter in newest {
                 print("\(letter.position.description)  failed \(Timestamp(millisecondsSince1970: letter.time))  \(letter.errorCode)\(letter.errorCause.map { " (cause \($0))" } ?? "")")
                 print("    \(letter.errorReason)")
-                for header in letter.record.headers { print("    \(header.key): \(header.stringValue ?? "<\(header.value?.count ?? 0) bytes>")") }
+                for header in letter.record.headers {
+                    // Header text is the attacker's as much as ours: escaped, bounded, never raw on a terminal.
+                    print("    \(UntrustedText.escaped(header.key, limit: 64)): \(header.stringValue.map { UntrustedText.escaped($0, limit: 200) } ?? "<\(header.value?.count ?? 0) bytes>")")
+                }
             }
         }
 

@@ -115,7 +115,7 @@ extension SignedPayloadVerifier {
         guard let bundleId else { throw .bundleIdMismatch("\(what) has no bundleId") }
         guard let app = configuration.apps.first(where: { $0.bundleId == nil || $0.bundleId == bundleId }) else {
             let configured = configuration.apps.compactMap(\.bundleId).joined(separator: ", ")
-            throw .bundleIdMismatch("bundleId \"\(bundleId)\" is not a configured app (configured: \(configured.isEmpty ? "none" : configured))")
+            throw .bundleIdMismatch("bundleId \(UntrustedText.quoted(bundleId)) is not a configured app (configured: \(configured.isEmpty ? "none" : configured))")
         }
         guard app.environments.contains(environment) else {
             let allowed = app.environments.map(\.rawValue).sorted().joined(separator: ", ")
@@ -137,23 +137,23 @@ extension SignedPayloadVerifier {
         guard let rawEnvironment else { throw .environmentMismatch("\(what) has no environment") }
         guard let environment = Environment(rawValue: rawEnvironment) else {
             throw .environmentMismatch(
-                "\(what) has environment \"\(rawEnvironment)\", not one of Production, Sandbox, Xcode, LocalTesting (case matters)")
+                "\(what) has environment \(UntrustedText.quoted(rawEnvironment)), not one of Production, Sandbox, Xcode, LocalTesting (case matters)")
         }
         if !environment.isSignedByApple, !configuration.allowLocallySignedEnvironments {
-            throw .environmentNotAllowed("\(rawEnvironment) data is signed locally, not by the App Store; it is refused unless local development is enabled")
+            throw .environmentNotAllowed("\(UntrustedText.quoted(rawEnvironment)) data is signed locally, not by the App Store; it is refused unless local development is enabled")
         }
         return environment
     }
 
     func require(bundleId: String?, equals expected: String, of what: String) throws(VerificationError) {
         guard bundleId == expected else {
-            throw .bundleIdMismatch("\(what) is for bundle \(bundleId.map { "\"\($0)\"" } ?? "none"), its notification for \"\(expected)\"")
+            throw .bundleIdMismatch("\(what) is for bundle \(bundleId.map { UntrustedText.quoted($0) } ?? "none"), its notification for \(UntrustedText.quoted(expected))")
         }
     }
 
     func require(environment rawEnvironment: String?, equals expected: Environment, of what: String) throws(VerificationError) {
         guard rawEnvironment == expected.rawValue else {
-            throw .environmentMismatch("\(what) is for \(rawEnvironment ?? "no environment"), its notification for \(expected.rawValue)")
+            throw .environmentMismatch("\(what) is for \(rawEnvironment.map { UntrustedText.quoted($0) } ?? "no environment"), its notification for \(expected.rawValue)")
         }
     }
 
@@ -173,9 +173,9 @@ extension SignedPayloadVerifier {
         }
         switch error {
         case .typeMismatch(_, let context), .valueNotFound(_, let context), .dataCorrupted(let context):
-            return "\(path(context)): \(context.debugDescription)"
+            return UntrustedText.escaped("\(path(context)): \(context.debugDescription)", limit: 120)
         case .keyNotFound(let key, let context):
-            return "\(path(context)): missing \(key.stringValue)"
+            return UntrustedText.escaped("\(path(context)): missing \(key.stringValue)", limit: 120)
         @unknown default:
             return "\(error)"
         }

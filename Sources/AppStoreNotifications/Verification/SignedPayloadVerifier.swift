@@ -237,7 +237,7 @@ public final class SignedPayloadVerifier: Sendable {
         }
         guard let algorithm = header["alg"] else { throw .unsupportedAlgorithm("the header has no alg; App Store JWSs use ES256") }
         guard algorithm == .string("ES256") else {
-            throw .unsupportedAlgorithm("alg is \(algorithm.serialized); only ES256 is accepted")
+            throw .unsupportedAlgorithm("alg is \(UntrustedText.escaped(algorithm.serialized, limit: 40)); only ES256 is accepted")
         }
         if header["crit"] != nil {
             throw .unsupportedHeaderParameter("the header lists critical extensions (crit) this verifier does not implement")
@@ -267,7 +267,7 @@ public final class SignedPayloadVerifier: Sendable {
             throw .malformedPayload("the payload has no \(field); certificate validity is evaluated at it")
         }
         guard let milliseconds = value.int64Value else {
-            throw .malformedPayload("\(field) is \(value.serialized), not an integer of milliseconds since 1970")
+            throw .malformedPayload("\(field) is \(UntrustedText.escaped(value.serialized, limit: 40)), not an integer of milliseconds since 1970")
         }
         return Timestamp(millisecondsSince1970: milliseconds)
     }

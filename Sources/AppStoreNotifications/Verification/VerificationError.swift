@@ -72,8 +72,11 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
         return self
     }
 
-    /// What is wrong, in words a person can act on.
-    public var reason: String {
+    /// What is wrong, in words a person can act on. Escaped and bounded (`UntrustedText`) whatever a detail
+    /// holds: reasons travel into logs, dead-letter headers and terminals.
+    public var reason: String { UntrustedText.escaped(rawReason, limit: 400) }
+
+    var rawReason: String {
         switch self {
         case .payloadTooLarge(let size, let limit):
             "signed payload is \(size) bytes, over the \(limit)-byte limit"
@@ -87,7 +90,7 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
         case .wrongPayloadKind(let expected, let found):
             "expected a signed \(expected.rawValue), found \(found.map { "a signed \($0.rawValue)" } ?? "an unrecognised payload")"
         case .nestedInvalid(let field, let inner):
-            "\(field.rawValue) is invalid: \(inner.code): \(inner.reason)"
+            "\(field.rawValue) is invalid: \(inner.code): \(inner.rawReason)"
         }
     }
 
