@@ -2,6 +2,7 @@ import AppStoreNotifications
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import KafkaClient
 import Logging
 import Prometheus
@@ -29,25 +30,36 @@ public func buildIngestApplication(
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let router = Router()
-    let handler = NotificationIngestHandler(configuration: configuration, producer: producer, metrics: IngestMetrics(registry: registry), logger: logger)
+    let metrics = IngestMetrics(registry: registry)
+    let handler = NotificationIngestHandler(configuration: configuration, producer: producer, metrics: metrics, logger: logger)
 
     var paths: [(String, String?)] = [(configuration.notificationPath, nil)]
     for (path, environment) in configuration.environmentPaths.sorted(by: { $0.key < $1.key }) { paths.append((path, environment)) }
     for (path, environment) in paths {
         router.post(RouterPath(path)) { request, _ in try await handler.handle(request, environmentHint: environment) }
-        for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head] {
+        for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head, .options, .trace, HTTPRequest.Method("PROPFIND")!] {
             router.on(RouterPath(path), method: method) { _, _ in
                 handler.refuse(.methodNotAllowed, code: "methodNotAllowed", reason: "only POST is accepted here", extraHeaders: [.allow: "POST"])
             }
         }
     }
-    // Ready only while a broker answers: a load balancer then stops sending us what we could not store.
-    OperationsRoutes.add(to: router, registry: registry) {
-        await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) ? nil : "no Kafka broker answered"
+    // Ready only while a broker answers: a load balancer then stops sending us what we could not store. The
+    // probe's answer is reused for a short while, so probes (or a flood of them) cannot load the brokers.
+    let readiness = CachedProbe(ttl: .milliseconds(configuration.readinessCacheMilliseconds)) {
+        await producer.checkBrokerReachable(timeoutMilliseconds: 1_000)
     }
+    OperationsRoutes.add(to: router, registry: registry) {
+        await readiness.value() ? nil : "no Kafka broker answered"
+    }
+    let limits = IngestConnectionGuard.Limits(
+        idleTimeout: .milliseconds(Int64(configuration.idleTimeoutMilliseconds)), requestTimeout: .milliseconds(Int64(configuration.requestTimeoutMilliseconds)),
+        maximumBodyBytes: configuration.maximumBodyBytes)
     return Application(
         router: router,
-        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-ingest"),
+        server: GuardedHTTP1Channel.builder(limits: limits) { status, code in metrics.request(status: status, error: code) },
+        configuration: .init(
+            address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-ingest",
+            availableConnectionsDelegate: MaximumAvailableConnections(configuration.maximumConnections)),
         services: [producer],
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
         logger: logger)

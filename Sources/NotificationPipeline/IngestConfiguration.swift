@@ -21,6 +21,16 @@ public struct IngestConfiguration: Sendable {
     public var produceTimeoutMilliseconds = 10_000
     /// `INGEST_RETRY_AFTER_SECONDS`: the `Retry-After` of a 503.
     public var retryAfterSeconds = 60
+    /// `INGEST_IDLE_TIMEOUT_MS`: a connection that sends nothing between requests for this long is closed.
+    public var idleTimeoutMilliseconds = 60_000
+    /// `INGEST_REQUEST_TIMEOUT_MS`: from a request's first byte, its head and body must arrive within this, or
+    /// 408 and the connection closed. Apple's ~19 KB POST takes milliseconds; a slowloris client is cut off here.
+    public var requestTimeoutMilliseconds = 15_000
+    /// `INGEST_MAX_CONNECTIONS`: open connections at most; further ones wait in the listen backlog.
+    public var maximumConnections = 1_024
+    /// `INGEST_READINESS_CACHE_MS`: how long a broker reachability probe answers `/health/ready` (a probe or a
+    /// flood of them then costs the brokers one metadata request per this period, not one per request).
+    public var readinessCacheMilliseconds = 2_000
     /// `INGEST_INSTANCE_ID`: this instance's name in the `ingest-instance` header (default: host name).
     public var instanceId = ProcessInfo.processInfo.hostName
     /// Kafka connection settings (`KAFKA_*`).
@@ -33,7 +43,8 @@ public struct IngestConfiguration: Sendable {
     /// The environment variables ingest reads (for documentation and the deployment consistency check).
     public static let environmentKeys = [
         "INGEST_HOST", "INGEST_PORT", "INGEST_PATH", "INGEST_ENVIRONMENT_PATHS", "INGEST_MAX_BODY_BYTES", "NOTIFICATIONS_TOPIC",
-        "INGEST_PRODUCE_TIMEOUT_MS", "INGEST_RETRY_AFTER_SECONDS", "INGEST_INSTANCE_ID", "LOG_LEVEL",
+        "INGEST_PRODUCE_TIMEOUT_MS", "INGEST_RETRY_AFTER_SECONDS", "INGEST_INSTANCE_ID", "INGEST_IDLE_TIMEOUT_MS",
+        "INGEST_REQUEST_TIMEOUT_MS", "INGEST_MAX_CONNECTIONS", "INGEST_READINESS_CACHE_MS", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
@@ -57,6 +68,10 @@ public struct IngestConfiguration: Sendable {
         configuration.produceTimeoutMilliseconds = try environment.int("INGEST_PRODUCE_TIMEOUT_MS", default: configuration.produceTimeoutMilliseconds, range: 100...300_000)
         configuration.retryAfterSeconds = try environment.int("INGEST_RETRY_AFTER_SECONDS", default: configuration.retryAfterSeconds, range: 0...86_400)
         configuration.instanceId = environment.string("INGEST_INSTANCE_ID", default: configuration.instanceId)
+        configuration.idleTimeoutMilliseconds = try environment.int("INGEST_IDLE_TIMEOUT_MS", default: configuration.idleTimeoutMilliseconds, range: 100...3_600_000)
+        configuration.requestTimeoutMilliseconds = try environment.int("INGEST_REQUEST_TIMEOUT_MS", default: configuration.requestTimeoutMilliseconds, range: 100...600_000)
+        configuration.maximumConnections = try environment.int("INGEST_MAX_CONNECTIONS", default: configuration.maximumConnections, range: 1...1_000_000)
+        configuration.readinessCacheMilliseconds = try environment.int("INGEST_READINESS_CACHE_MS", default: configuration.readinessCacheMilliseconds, range: 0...60_000)
         return configuration
     }
 
