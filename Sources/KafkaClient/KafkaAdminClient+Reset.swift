@@ -1,3 +1,4 @@
+import CRDKafka
 /// Moving a group's position: the operation behind `pipelinectl replay`.
 extension KafkaAdminClient {
     /// Where to move a group's committed offsets.
@@ -28,7 +29,7 @@ extension KafkaAdminClient {
     public func resetGroupOffsets(
         _ groupId: String, topic: String, partitions: [Int32]? = nil, to target: OffsetTarget, dryRun: Bool = false
     ) async throws -> [OffsetReset] {
-        let description = try await describeGroup(groupId, topics: [topic])
+        let description = try await describeGroupOrUnknown(groupId, topic: topic)
         guard Self.isIdle(description) else {
             throw GroupHasActiveMembers(groupId: groupId, state: description.state, members: description.members)
         }
@@ -62,5 +63,29 @@ extension KafkaAdminClient {
         }
         if !dryRun { _ = try await alterIdleGroupOffsets(groupId, to: targets) }  // idleness checked above
         return plan
+    }
+
+    /// The group's description; where the broker does not implement DescribeGroups (librdkafka's mock cluster,
+    /// some Kafka-compatible brokers), state `Unknown` with no members listed and the committed offsets read
+    /// directly. The only-member join that moves the offsets then tells whether anyone else is live: it never
+    /// gets every partition while another member holds some.
+    func describeGroupOrUnknown(_ groupId: String, topic: String) async throws(KafkaError) -> GroupDescription {
+        let described: Result<GroupDescription, KafkaError>
+        do {
+            described = .success(try await describeGroup(groupId, topics: [topic]))
+        } catch {
+            described = .failure(error)
+        }
+        guard case .failure(let error) = described,
+            error.code == RD_KAFKA_RESP_ERR__UNSUPPORTED_FEATURE.rawValue || error.code == RD_KAFKA_RESP_ERR_UNSUPPORTED_VERSION.rawValue
+        else { return try described.get() }
+        client.context.logger.notice("the broker cannot describe groups (\(error.name)); the only-member join decides whether \(groupId) is idle")
+        let partitions = (0..<Int32(try await listTopics()[topic] ?? 0)).map { KafkaTopicPartition(topic: topic, partition: $0) }
+        let committed = try await committedOffsets(groupId, partitions: partitions)
+        var positions: [GroupDescription.PartitionPosition] = []
+        for partition in partitions {
+            positions.append(.init(partition: partition, committed: committed[partition], end: try await watermarks(partition).high))
+        }
+        return GroupDescription(groupId: groupId, state: "Unknown", members: [], positions: positions)
     }
 }

@@ -199,7 +199,12 @@ public final class KafkaAdminClient: Sendable {
             }
         }
         let (state, members) = try described.get()
-        let committed = try await committedOffsets(groupId)
+        var known: [KafkaTopicPartition]?
+        if let topics {
+            let metadata = try await listTopics()
+            known = topics.flatMap { topic in (0..<Int32(metadata[topic] ?? 0)).map { KafkaTopicPartition(topic: topic, partition: $0) } }
+        }
+        let committed = try await committedOffsets(groupId, partitions: known)
         var partitions = Set(committed.keys)
         if let topics {
             partitions = partitions.filter { topics.contains($0.topic) }
@@ -215,12 +220,15 @@ public final class KafkaAdminClient: Sendable {
         return GroupDescription(groupId: groupId, state: state, members: members, positions: positions)
     }
 
-    /// The group's committed offsets, per partition.
-    public func committedOffsets(_ groupId: String) async throws(KafkaError) -> [KafkaTopicPartition: Int64] {
+    /// The group's committed offsets, per partition: of `partitions`, or of every partition it committed for.
+    /// Brokers that do not answer "every partition" (librdkafka's mock cluster) need the explicit list.
+    public func committedOffsets(_ groupId: String, partitions: [KafkaTopicPartition]? = nil) async throws(KafkaError) -> [KafkaTopicPartition: Int64] {
         let timeout = timeoutMilliseconds
         let result: Result<[KafkaTopicPartition: Int64], KafkaError> = await client.blocking { handle in
             KafkaAdminClient.request(handle, timeout: timeout, operation: RD_KAFKA_ADMIN_OP_LISTCONSUMERGROUPOFFSETS) { handle, options, queue in
-                var requests: [OpaquePointer?] = [rd_kafka_ListConsumerGroupOffsets_new(groupId, nil)]
+                let list = partitions.map { $0.makeList() }
+                defer { if let list { rd_kafka_topic_partition_list_destroy(list) } }
+                var requests: [OpaquePointer?] = [rd_kafka_ListConsumerGroupOffsets_new(groupId, list)]
                 defer { rd_kafka_ListConsumerGroupOffsets_destroy(requests[0]) }
                 requests.withUnsafeMutableBufferPointer { rd_kafka_ListConsumerGroupOffsets(handle, $0.baseAddress, 1, options, queue) }
             } read: { event in
@@ -243,6 +251,18 @@ public final class KafkaAdminClient: Sendable {
                 ? "its members are not listed by this broker"
                 : members.map { "\($0.clientId)@\($0.host) (\($0.memberId))" }.joined(separator: ", ")
             return "group \(groupId) is \(state), with active members (\(who)); stop its consumers and try again"
+        }
+    }
+
+    /// The offsets read back after a commit differ from the plan: nothing must be reported as moved.
+    public struct OffsetsNotMoved: Error, Sendable, CustomStringConvertible {
+        public var groupId: String
+        public var planned: [KafkaTopicPartition: Int64]
+        public var committed: [KafkaTopicPartition: Int64]
+        public var differing: [KafkaTopicPartition]
+        public var description: String {
+            let detail = differing.map { "\($0): planned \(planned[$0].map(String.init) ?? "-"), committed \(committed[$0].map(String.init) ?? "none")" }
+            return "group \(groupId): the broker did not take the new offsets (\(detail.joined(separator: "; "))); nothing was replayed"
         }
     }
 
@@ -286,8 +306,14 @@ public final class KafkaAdminClient: Sendable {
                 }
                 _ = try await member.pollBatch(maximum: 1, timeoutMilliseconds: 100)  // drives the join; records are ignored
             }
-            try member.storeOffsets(offsets)
-            try await member.commit()
+            // An explicit list: a stored offset below the committed one would be skipped (`_NO_OFFSET`) by a plain
+            // commit on Apache Kafka, and the replay would silently do nothing. Read back, compare with the plan.
+            try await member.commit(offsets)
+            let committed = try await member.committed(Array(offsets.keys))
+            let differing = offsets.keys.sorted().filter { committed[$0] != .some(offsets[$0]) }
+            if !differing.isEmpty {
+                throw OffsetsNotMoved(groupId: groupId, planned: offsets, committed: committed.compactMapValues { $0 }, differing: differing)
+            }
         } catch {
             await member.close()
             throw error

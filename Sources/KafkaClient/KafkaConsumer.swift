@@ -130,6 +130,46 @@ public final class KafkaConsumer: Service, Sendable {
         }
     }
 
+    /// Commits exactly `offsets` (the next record to process, per partition) and waits for the broker.
+    ///
+    /// Unlike `commit()`, which commits what was stored and which librdkafka skips for a partition whose stored
+    /// offset is not above the committed one (`_NO_OFFSET`), an explicit list moves offsets backwards too: what
+    /// a replay needs. Every partition's own result is checked.
+    public func commit(_ offsets: [KafkaTopicPartition: Int64]) async throws(KafkaError) {
+        let result: Result<Void, KafkaError> = await client.blocking { [self] handle in
+            guard !isClosedForCommit else { return .failure(Self.closedError) }
+            let list = Array(offsets.keys).makeList(offsets: offsets)
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            let error = rd_kafka_commit(handle, list, 0)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                return .failure(KafkaError(error, message: "commit of \(offsets.count) offsets failed: \(String(cString: rd_kafka_err2str(error)))"))
+            }
+            for entry in list.entries where entry.error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                return .failure(KafkaError(entry.error, message: "commit of \(entry.partition) failed: \(String(cString: rd_kafka_err2str(entry.error)))"))
+            }
+            return .success(())
+        }
+        try result.get()
+    }
+
+    /// The group's committed offsets for `partitions`, as the broker has them now (nil: none committed).
+    public func committed(_ partitions: [KafkaTopicPartition], timeoutMilliseconds: Int32 = 10_000) async throws(KafkaError) -> [KafkaTopicPartition: Int64?] {
+        let result: Result<[KafkaTopicPartition: Int64?], KafkaError> = await client.blocking { [self] handle in
+            guard !isClosedForCommit else { return .failure(Self.closedError) }
+            let list = partitions.makeList()
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            let error = rd_kafka_committed(handle, list, timeoutMilliseconds)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { return .failure(KafkaError(error, message: "reading committed offsets failed")) }
+            var offsets: [KafkaTopicPartition: Int64?] = [:]
+            for entry in list.entries {
+                if entry.error != RD_KAFKA_RESP_ERR_NO_ERROR { return .failure(KafkaError(entry.error, message: "committed offset of \(entry.partition)")) }
+                offsets[entry.partition] = entry.offset >= 0 ? entry.offset : nil
+            }
+            return .success(offsets)
+        }
+        return try result.get()
+    }
+
     /// The partitions currently assigned to this member.
     public func assignment() async throws(KafkaError) -> [KafkaTopicPartition] {
         let result: Result<[KafkaTopicPartition], KafkaError> = await client.blocking { handle in
@@ -142,19 +182,25 @@ public final class KafkaConsumer: Service, Sendable {
         return try result.get()
     }
 
-    /// Stops fetching from `partitions` (the group keeps them assigned to this member).
-    public func pause(_ partitions: [KafkaTopicPartition]) throws(KafkaError) {
-        let list = partitions.makeList()
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_pause_partitions(client.handle.pointer, list)
-        guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(error) }
+    /// Stops fetching from `partitions` (the group keeps them assigned to this member). On the serial queue,
+    /// like the batch poll: never in parallel with `rd_kafka_consume_batch_queue` (librdkafka 2.0 lost records
+    /// when the two overlapped), never after the handle was destroyed.
+    public func pause(_ partitions: [KafkaTopicPartition]) async throws(KafkaError) {
+        try await setPaused(true, partitions)
     }
 
-    /// Fetches from `partitions` again.
-    public func resume(_ partitions: [KafkaTopicPartition]) throws(KafkaError) {
-        let list = partitions.makeList()
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_resume_partitions(client.handle.pointer, list)
+    /// Fetches from `partitions` again (on the serial queue, like `pause`).
+    public func resume(_ partitions: [KafkaTopicPartition]) async throws(KafkaError) {
+        try await setPaused(false, partitions)
+    }
+
+    private func setPaused(_ paused: Bool, _ partitions: [KafkaTopicPartition]) async throws(KafkaError) {
+        let error = await client.blocking { [self] handle in
+            guard !isClosedForCommit else { return RD_KAFKA_RESP_ERR__DESTROY }
+            let list = partitions.makeList()
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            return paused ? rd_kafka_pause_partitions(handle, list) : rd_kafka_resume_partitions(handle, list)
+        }
         guard error == RD_KAFKA_RESP_ERR_NO_ERROR else { throw KafkaError(error) }
     }
 
@@ -300,9 +346,15 @@ final class ConsumerContext: RDKafkaCallbackContext, @unchecked Sendable {
             logger.info("partitions assigned: \(affected.map(\.description).joined(separator: ", "))")
             events.yield(.assigned(affected))
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            let commit = rd_kafka_commit(handle, nil, 0)
-            if commit != RD_KAFKA_RESP_ERR_NO_ERROR && commit != RD_KAFKA_RESP_ERR__NO_OFFSET {
-                logger.warning("commit before revoke failed (records after the last commit will be redelivered): \(KafkaError(commit))")
+            // A lost assignment (session timed out, fenced) already belongs to someone else: committing for it
+            // would at best fail and at worst move the new owner's position.
+            if rd_kafka_assignment_lost(handle) != 0 {
+                logger.warning("assignment lost (session timeout or fencing): not committing for it; records after the last commit will be redelivered")
+            } else {
+                let commit = rd_kafka_commit(handle, nil, 0)
+                if commit != RD_KAFKA_RESP_ERR_NO_ERROR && commit != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                    logger.warning("commit before revoke failed (records after the last commit will be redelivered): \(KafkaError(commit))")
+                }
             }
             if cooperative {
                 if let failure = rd_kafka_incremental_unassign(handle, partitions) { logger.error("incremental unassign failed: \(KafkaError(consuming: failure))") }
@@ -313,7 +365,12 @@ final class ConsumerContext: RDKafkaCallbackContext, @unchecked Sendable {
             events.yield(.revoked(affected))
         default:
             logger.error("rebalance error \(KafkaError(error)); releasing the assignment")
-            _ = rd_kafka_assign(handle, nil)
+            if cooperative {
+                // Eager `assign(NULL)` is invalid under the cooperative protocol.
+                if let failure = rd_kafka_incremental_unassign(handle, partitions) { logger.error("incremental unassign failed: \(KafkaError(consuming: failure))") }
+            } else {
+                _ = rd_kafka_assign(handle, nil)
+            }
             events.yield(.revoked(affected))
         }
     }

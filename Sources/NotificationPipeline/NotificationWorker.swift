@@ -202,13 +202,13 @@ public final class NotificationWorker: Service, Sendable {
     func untilDurable(_ what: String, pausing: Bool = true, _ step: () async throws -> Void) async -> Bool {
         var attempt = 0
         var paused: [KafkaTopicPartition] = []
-        defer { if !paused.isEmpty { try? consumer.resume(paused) } }
         while true {
             attempt += 1
             do {
                 try await step()
                 healthy.set(true)
                 if attempt > 1 { metrics.ready.set(1.0) }
+                if !paused.isEmpty { try? await consumer.resume(paused) }
                 return true
             } catch {
                 healthy.set(false)
@@ -216,10 +216,11 @@ public final class NotificationWorker: Service, Sendable {
                 metrics.retry(step: what)
                 if Task.isCancelled || Task.isShuttingDownGracefully {
                     logger.warning("stopping with \(what) not stored; the batch will be redelivered: \(error)")
+                    if !paused.isEmpty { try? await consumer.resume(paused) }
                     return false
                 }
                 if pausing, paused.isEmpty, let assignment = try? await consumer.assignment() {
-                    try? consumer.pause(assignment)
+                    try? await consumer.pause(assignment)
                     paused = assignment
                 }
                 let backoff = Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff)

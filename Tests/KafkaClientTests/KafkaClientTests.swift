@@ -217,6 +217,15 @@ struct KafkaClientTests {
 struct KafkaMockClusterTests {
     static let mock = ["test.mock.num.brokers": "1"]
 
+    /// The mock cluster delays a group's first join by 3 s (like `group.initial.rebalance.delay.ms`): a session
+    /// must outlast that, unlike the 2 s that keep joins fast on tansu.
+    static func mockConsumerConfiguration(bootstrap: String, group: String) -> KafkaConsumerConfiguration {
+        var configuration = testConsumerConfiguration(bootstrap: bootstrap, group: group)
+        configuration.sessionTimeoutMilliseconds = 6_000
+        configuration.heartbeatIntervalMilliseconds = 500
+        return configuration
+    }
+
     @Test("a non-retriable broker error surfaces as that typed error")
     func nonRetriable() async throws {
         let producer = try testProducer(bootstrap: "unused:9092", deliveryTimeout: 5_000, additional: Self.mock)
@@ -285,6 +294,55 @@ struct KafkaMockClusterTests {
         #expect(!failures.isEmpty, "the fenced record was reported delivered")
         #expect(failures.allSatisfy { $0.isRetriable && !$0.isFatal }, "\(failures)")
         #expect(producer.replacements == 1)
+        await producer.close()
+    }
+
+    @Test("replay on Apache Kafka's offset semantics: backwards to earliest, to offsets and to a time; read back; a live group refused")
+    func replayOnMockCluster() async throws {
+        let producer = try testProducer(bootstrap: "unused:9092", additional: Self.mock)
+        let topic = "replayed"
+        let ends: [Int32: Int64] = [0: 9, 1: 8, 2: 10, 3: 13]
+        for (partition, count) in ends {
+            for index in 0..<count {
+                _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, partition: partition, value: [UInt8(index)], timestamp: 1_000_000 + index * 1_000))
+            }
+        }
+        let bootstrap = try #require(producer.mockBootstrapServers)
+        let group = TestServices.uniqueName("group")
+        // The group processed everything: committed at {9, 8, 10, 13}.
+        let consumer = try KafkaConsumer(configuration: Self.mockConsumerConfiguration(bootstrap: bootstrap, group: group), topics: [topic], logger: testLogger)
+        let total = Int(ends.values.reduce(0, +))
+        #expect(try await consume(consumer, timeout: .seconds(30)) { $0.count >= total }.count == total)
+        try await consumer.commit()
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: quietTestLogger, timeoutMilliseconds: 4_000)
+        let partitions = ends.keys.sorted().map { KafkaTopicPartition(topic: topic, partition: $0) }
+        #expect(try await admin.committedOffsets(group, partitions: partitions) == Dictionary(uniqueKeysWithValues: partitions.map { ($0, ends[$0.partition]!) }))
+
+        // A live member: refused (the mock cluster cannot describe groups; the only-member join tells).
+        await #expect(throws: KafkaAdminClient.GroupHasActiveMembers.self) {
+            _ = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest)
+        }
+        await consumer.close()
+
+        // Backwards to earliest: moved, and read back from the broker.
+        let plan = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest)
+        #expect(plan.allSatisfy { $0.after == 0 } && plan.reduce(0) { $0 + $1.toProcess } == Int64(total))
+        #expect(try await admin.committedOffsets(group, partitions: partitions) == Dictionary(uniqueKeysWithValues: partitions.map { ($0, 0) }), "a backwards replay must move the offsets")
+        // To explicit offsets, forwards and backwards.
+        _ = try await admin.resetGroupOffsets(group, topic: topic, to: .offsets([0: 5, 3: 2]))
+        let afterOffsets = try await admin.committedOffsets(group, partitions: partitions)
+        #expect(afterOffsets[partitions[0]] == 5 && afterOffsets[partitions[3]] == 2 && afterOffsets[partitions[1]] == 0)
+        // To a time: the first record at or after it, per partition.
+        _ = try await admin.resetGroupOffsets(group, topic: topic, to: .timestamp(1_000_000 + 7_500, lookup: .scan))
+        let afterTime = try await admin.committedOffsets(group, partitions: partitions)
+        #expect(afterTime == [partitions[0]: 8, partitions[1]: 8, partitions[2]: 8, partitions[3]: 8], "\(afterTime)")
+
+        // The replayed group really starts there.
+        let replay = try KafkaConsumer(configuration: Self.mockConsumerConfiguration(bootstrap: bootstrap, group: group), topics: [topic], logger: testLogger)
+        let replayed = try await consume(replay, timeout: .seconds(30)) { $0.count >= 1 + 0 + 2 + 5 }
+        await replay.close()
+        #expect(replayed.count == 8 && replayed.allSatisfy { $0.offset >= 8 }, "\(replayed.map { "\($0.partition):\($0.offset)" })")
+        await admin.close()
         await producer.close()
     }
 
