@@ -60,6 +60,9 @@ public struct KafkaProducerConfiguration: Sendable, Hashable {
     public var maximumQueuedMessages: Int = 100_000
     /// How long a graceful shutdown waits for in-flight records to be acknowledged.
     public var flushTimeoutMilliseconds: Int = 10_000
+    /// `queue.buffering.max.kbytes`: bytes of records waiting in the client at most (librdkafka's default is
+    /// 1 GiB); past it, `send` fails with queue full (ingest answers 503) instead of growing towards the pod limit.
+    public var maximumQueuedKilobytes: Int = 32 * 1024
 
     public init(client: KafkaClientConfiguration) {
         self.client = client
@@ -75,6 +78,7 @@ public struct KafkaProducerConfiguration: Sendable, Hashable {
         properties["linger.ms"] = String(lingerMilliseconds)
         properties["compression.type"] = compression
         properties["queue.buffering.max.messages"] = String(maximumQueuedMessages)
+        properties["queue.buffering.max.kbytes"] = String(maximumQueuedKilobytes)
         return properties.merging(client.additionalConfig) { _, additional in additional }
     }
 }
@@ -98,6 +102,9 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var autoCommitIntervalMilliseconds: Int = 1_000
     /// `partition.assignment.strategy`: `cooperative-sticky` (default) moves only the partitions that must move.
     public var partitionAssignmentStrategy: String = "cooperative-sticky"
+    /// `queued.max.messages.kbytes`: bytes librdkafka pre-fetches per consumer at most (its default, 64 MiB, is
+    /// most of a small pod's memory during a backlog or a replay).
+    public var maximumPrefetchKilobytes: Int = 16 * 1024
     /// `group.instance.id` for static membership (a restart within the session timeout keeps its partitions).
     public var groupInstanceId: String?
 
@@ -118,6 +125,7 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
         properties["auto.commit.interval.ms"] = String(autoCommitIntervalMilliseconds)
         properties["partition.assignment.strategy"] = partitionAssignmentStrategy
         properties["enable.partition.eof"] = "false"
+        properties["queued.max.messages.kbytes"] = String(maximumPrefetchKilobytes)
         if let groupInstanceId { properties["group.instance.id"] = groupInstanceId }
         return properties.merging(client.additionalConfig) { _, additional in additional }
     }

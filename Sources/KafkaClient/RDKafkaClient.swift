@@ -14,6 +14,17 @@ public enum Librdkafka {
     /// Kafka-protocol brokers (tansu, newer Apache Kafka): the handshake fails with "Read underflow".
     public static var hasTaggedFieldsFix: Bool { rd_kafka_version() >= 0x0202_0000 }
 
+    /// The oldest librdkafka this pipeline runs on: 2.0 loses records when pause/resume or a rebalance runs beside
+    /// the batch consumer (fixed in 2.1), 2.1 crashes when a batch consumer subscribes to a topic that does not
+    /// exist yet (fixed in 2.2), and both mis-parse newer brokers' ApiVersion replies.
+    public static let minimumVersion: Int32 = 0x0202_0000
+
+    /// Nil when `version` (librdkafka's `rd_kafka_version()` encoding) is supported, else why it is refused.
+    public static func refusal(version: Int32, text: String) -> String? {
+        guard version < minimumVersion else { return nil }
+        return "librdkafka \(text) is older than 2.2, which this pipeline requires: 2.0 loses records when pause/resume or a rebalance runs beside the batch consumer, 2.1 crashes when a consumer subscribes to a topic that does not exist yet, and both mis-parse newer brokers' ApiVersion replies. Install librdkafka >= 2.2 (Ubuntu 24.04 packages 2.3; the project's image ships it; locally, scripts/services.sh env sets LD_LIBRARY_PATH to the one scripts/install.sh installs)"
+    }
+
     /// What to tell an operator when a broker handshake fails on an old librdkafka.
     static var upgradeAdvice: String {
         hasTaggedFieldsFix
@@ -60,6 +71,7 @@ final class RDKafkaClient: Sendable {
         type: rd_kafka_type_t, properties: [String: String], context: RDKafkaCallbackContext,
         configure: (OpaquePointer) -> Void = { _ in }
     ) throws(KafkaError) {
+        if let refusal = Librdkafka.refusal(version: rd_kafka_version(), text: Librdkafka.version) { throw .client(refusal) }
         guard let configuration = rd_kafka_conf_new() else { throw .client("rd_kafka_conf_new failed") }
         var errorText = [CChar](repeating: 0, count: 512)
         for (key, value) in properties.sorted(by: { $0.key < $1.key }) {

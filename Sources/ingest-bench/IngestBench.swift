@@ -94,6 +94,7 @@ struct IngestBench {
         print(String(format: "raw librdkafka produce (kcat, same records): %.0f msg/s", raw))
         print(String(format: "ratio (best ingest requests/s to raw produce): %.2f (target >= 0.5)", best / raw))
         print(String(format: "ingest RSS after the run: %.1f MB (target < 100 MB)", rss))
+        print(String(format: "figure ingest.residentMegabytesPeak %.0f", rss))  // recorded in deploy/measured-memory.json
     }
 
     static func percentile(_ sorted: [Double], _ p: Double) -> Double {

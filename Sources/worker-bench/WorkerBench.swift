@@ -143,6 +143,9 @@ struct WorkerBench {
                 }
             }
             let peak = rssSamples.max() ?? 0
+            // The figure deploy/measured-memory.json records (the deployment consistency test holds the pod
+            // limits to it).
+            print(String(format: "figure worker.residentMegabytesPeak %.0f (workers: %d)", peak, workers))
             let steady = rssSamples.isEmpty ? 0 : rssSamples.sorted()[rssSamples.count / 2]
             for process in processes { await ChildProcess.terminate(process) }
             let ledger = try await withPostgres(databaseURL, logger: logger) { try await ledgerCount($0, logger: logger) }

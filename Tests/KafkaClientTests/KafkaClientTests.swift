@@ -368,3 +368,15 @@ struct KafkaMockClusterTests {
         await producer.close()
     }
 }
+
+@Suite("librdkafka version floor")
+struct LibrdkafkaVersionTests {
+    @Test("below 2.2 is refused with the reason; 2.2 and later run")
+    func floor() {
+        let refusal = Librdkafka.refusal(version: 0x0200_02FF, text: "2.0.2")
+        #expect(refusal?.contains("older than 2.2") == true && refusal?.contains("loses records") == true)
+        #expect(Librdkafka.refusal(version: 0x0201_01FF, text: "2.1.1") != nil)
+        #expect(Librdkafka.refusal(version: 0x0202_00FF, text: "2.2.0") == nil)
+        #expect(Librdkafka.refusal(version: 0x0210_00FF, text: "2.16.0") == nil)
+    }
+}

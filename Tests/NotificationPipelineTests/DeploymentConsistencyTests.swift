@@ -113,6 +113,33 @@ struct DeploymentConsistencyTests {
 
     // MARK: - Kubernetes
 
+    @Test("pod memory limits hold the benchmarks' measured peak with headroom, and librdkafka's queues fit below them")
+    func memoryLimits() throws {
+        let figures = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: repositoryRoot.appendingPathComponent("deploy/measured-memory.json"))) as? [String: Any])
+        for (file, process) in [("deploy/kubernetes/worker.yaml", "worker"), ("deploy/kubernetes/ingest.yaml", "ingest")] {
+            let figure = try #require(figures[process] as? [String: Any])
+            let peak = try #require(figure["residentMegabytesPeak"] as? Double)
+            let queue = try #require(figure["librdkafkaQueueMegabytes"] as? Double)
+            let deployment = try #require(try YAMLFile.load(file).compactMap { $0 as? [String: Any] }.first { $0["kind"] as? String == "Deployment" })
+            let podSpec = try #require(((deployment["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any])
+            let container = try #require((podSpec["containers"] as? [[String: Any]])?.first)
+            let limit = try #require(((container["resources"] as? [String: Any])?["limits"] as? [String: Any])?["memory"] as? String)
+            let megabytes = try #require(Self.megabytes(limit), "\(file): memory limit \(limit)")
+            #expect(megabytes >= peak * 1.5 + queue, "\(file): limit \(limit) below 1.5 x the measured \(peak) MB + the \(queue) MB queue")
+        }
+        // The queue bounds the figures assume are the ones the processes configure.
+        #expect(KafkaConsumerConfiguration(client: .init(bootstrapServers: ["x"]), groupId: "g").maximumPrefetchKilobytes / 1024 == Int((figures["worker"] as? [String: Any])?["librdkafkaQueueMegabytes"] as? Double ?? 0))
+        #expect(KafkaProducerConfiguration(client: .init(bootstrapServers: ["x"])).maximumQueuedKilobytes / 1024 == Int((figures["ingest"] as? [String: Any])?["librdkafkaQueueMegabytes"] as? Double ?? 0))
+    }
+
+    /// `512Mi`, `1Gi`, `300M` in megabytes.
+    static func megabytes(_ quantity: String) -> Double? {
+        for (suffix, factor) in [("Gi", 1024.0 * 1.048576), ("Mi", 1.048576), ("G", 1000.0), ("M", 1.0)] where quantity.hasSuffix(suffix) {
+            return Double(quantity.dropLast(suffix.count)).map { $0 * factor }
+        }
+        return nil
+    }
+
     @Test("Kubernetes manifests: variables, executables, ports, probes, scaling objects")
     func kubernetes() throws {
         let directory = "deploy/kubernetes"
@@ -201,6 +228,12 @@ struct DeploymentConsistencyTests {
             #expect(text.contains("--product \(executable)"), "the image builds \(executable)")
         }
         #expect(text.contains("--static-swift-stdlib") && text.contains("librdkafka1") && text.contains("USER 10001"))
+        // librdkafka >= 2.2 in the runtime image: a base whose distribution packages it, and a build-time check.
+        let runtimeBase = text.split(separator: "\n").last { $0.hasPrefix("FROM ") }.map(String.init) ?? ""
+        let librdkafkaByBase = ["FROM ubuntu:24.04": "2.3.0", "FROM debian:trixie-slim": "2.8.0", "FROM debian:bookworm-slim": "2.0.2"]
+        let shipped = try #require(librdkafkaByBase[runtimeBase], "unknown runtime base \(runtimeBase): add the librdkafka its distribution packages")
+        #expect(shipped.compare("2.2.0", options: .numeric) != .orderedAscending, "\(runtimeBase) ships librdkafka \(shipped), below 2.2")
+        #expect(text.contains("ARG LIBRDKAFKA_MINIMUM=2.2.0") && text.contains("dpkg --compare-versions"), "the image build checks the installed version")
         let exposed = text.split(separator: "\n").filter { $0.hasPrefix("EXPOSE") }.flatMap { $0.split(separator: " ").dropFirst().compactMap { Int($0) } }
         #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort])
     }

@@ -187,7 +187,10 @@ struct IngestConfigurationTests {
         #expect(configuration.port == 9000 && configuration.maximumBodyBytes == 262_144 && configuration.produceTimeoutMilliseconds == 10_000)
         #expect(configuration.producerConfiguration.client.additionalConfig["sasl.username"] == "ingest")
         #expect(configuration.producerConfiguration.acks == "all" && configuration.producerConfiguration.enableIdempotence)
-        for (environment, variable) in [([String: String](), "KAFKA_BOOTSTRAP_SERVERS"), (["KAFKA_BOOTSTRAP_SERVERS": "a:1", "INGEST_PORT": "http"], "INGEST_PORT")] {
+        // The settings the guarantees rest on cannot be overridden through KAFKA_CONFIG_*.
+        let protected = ["KAFKA_CONFIG_ENABLE_AUTO_OFFSET_STORE", "KAFKA_CONFIG_ENABLE_AUTO_COMMIT", "KAFKA_CONFIG_ENABLE_IDEMPOTENCE", "KAFKA_CONFIG_ACKS", "KAFKA_CONFIG_GROUP_ID"]
+            .map { (["KAFKA_BOOTSTRAP_SERVERS": "a:1", $0: "x"], $0) }
+        for (environment, variable) in [([String: String](), "KAFKA_BOOTSTRAP_SERVERS"), (["KAFKA_BOOTSTRAP_SERVERS": "a:1", "INGEST_PORT": "http"], "INGEST_PORT")] + protected {
             do {
                 _ = try IngestConfiguration.fromEnvironment(EnvironmentReader(environment))
                 Issue.record("accepted \(environment)")
