@@ -31,6 +31,25 @@ extension EntitlementStore {
         return Migrations.all.filter { !applied.contains($0.version) }
     }
 
+    /// Which of `positions` were already dead-lettered (their batch committed before): a redelivered batch skips
+    /// publishing those again.
+    public func deadLetteredPositions(among positions: [RecordPosition]) async throws -> Set<RecordPosition> {
+        guard !positions.isEmpty else { return [] }
+        var found: Set<RecordPosition> = []
+        let rows = try await client.query(
+            """
+            SELECT d.original_topic, d.original_partition, d.original_offset FROM dead_lettered_records d
+            JOIN unnest(\(positions.map(\.topic))::text[], \(positions.map(\.partition))::integer[], \(positions.map(\.offset))::bigint[])
+                AS p(topic, partition, "offset")
+                ON d.original_topic = p.topic AND d.original_partition = p.partition AND d.original_offset = p."offset"
+            """,
+            logger: logger)
+        for try await (topic, partition, offset) in rows.decode((String, Int32, Int64).self) {
+            found.insert(RecordPosition(topic: topic, partition: partition, offset: offset))
+        }
+        return found
+    }
+
     /// The dead letters of `topic` already re-driven (so a re-run never re-drives one twice).
     public func redrivenDeadLetters(topic: String) async throws -> Set<RecordPosition> {
         var positions: Set<RecordPosition> = []

@@ -28,6 +28,17 @@ public struct StoredNotification: Sendable {
     }
 }
 
+/// A record of the batch that was dead-lettered: where it was read, and why.
+public struct DeadLetteredRecord: Sendable, Hashable {
+    public var position: RecordPosition
+    public var errorCode: String
+
+    public init(position: RecordPosition, errorCode: String) {
+        self.position = position
+        self.errorCode = errorCode
+    }
+}
+
 /// What one batch did.
 public struct BatchOutcome: Sendable, Hashable {
     /// Notifications seen for the first time, archived and applied.
@@ -53,11 +64,15 @@ public struct BatchOutcome: Sendable, Hashable {
 public struct EntitlementStore: Sendable {
     public let client: PostgresClient
     let logger: Logger
+    /// Set as `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` of every batch
+    /// transaction: just under the caller's own deadline, so an abandoned transaction ends on the server too.
+    public let statementTimeout: Duration?
 
     /// `client` must be running (its `run()` inside the process's ServiceGroup) before the first call.
-    public init(client: PostgresClient, logger: Logger) {
+    public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil) {
         self.client = client
         self.logger = logger
+        self.statementTimeout = statementTimeout
     }
 
     /// Applies every migration not applied yet, under an advisory lock. Returns the versions it applied.
@@ -90,10 +105,61 @@ public struct EntitlementStore: Sendable {
     /// Four multi-row statements whatever the batch size (plus one to lock the entitlement rows it touches): each
     /// takes its rows as one bound parameter, a JSON array unpacked by `jsonb_to_recordset`, so no SQL is ever
     /// built from data and a batch of 500 costs as many round trips as a batch of 1.
-    public func store(_ batch: [StoredNotification]) async throws -> BatchOutcome {
-        guard !batch.isEmpty else { return BatchOutcome() }
+    ///
+    /// `deadLettered` are the batch's records that were dead-lettered (and acknowledged by the broker): their
+    /// positions are recorded in the same transaction, so a redelivery of the batch publishes them no more
+    /// (`deadLetteredPositions(among:)`).
+    public func store(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord] = []) async throws -> BatchOutcome {
+        guard !batch.isEmpty || !deadLettered.isEmpty else { return BatchOutcome() }
         return try await client.withTransaction(logger: logger) { connection in
+            try await write(batch, deadLettered: deadLettered, on: connection)
+        }
+    }
+
+    /// Runs the batch's statements in a transaction that is always rolled back: whether PostgreSQL accepts these
+    /// records, without storing them (a worker isolates a record the database refuses for good this way).
+    public func probe(_ batch: [StoredNotification]) async throws {
+        struct RolledBack: Error {}
+        do {
+            try await client.withTransaction(logger: logger) { connection in
+                _ = try await write(batch, deadLettered: [], on: connection)
+                throw RolledBack()
+            }
+        } catch is RolledBack {
+            return
+        }
+    }
+
+    /// Bounds every statement of a transaction (`SET LOCAL`): a client that gave up at its deadline must not
+    /// leave the server running the abandoned transaction.
+    func applyTimeouts(on connection: PostgresConnection) async throws {
+        guard let statementTimeout else { return }
+        let milliseconds = max(1, Int(statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000))
+        let value = String(milliseconds)
+        // One statement (a prepared statement holds one command); `true`: local to this transaction, like SET LOCAL.
+        try await connection.query(
+            """
+            SELECT set_config('statement_timeout', \(value), true), set_config('lock_timeout', \(value), true),
+                set_config('idle_in_transaction_session_timeout', \(value), true)
+            """,
+            logger: logger)
+    }
+
+    func write(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> BatchOutcome {
+            try await applyTimeouts(on: connection)
             var outcome = BatchOutcome()
+            if !deadLettered.isEmpty {
+                let ordered = deadLettered.sorted { $0.position < $1.position }
+                try await connection.query(
+                    """
+                    INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
+                    SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
+                        \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
+                    ON CONFLICT DO NOTHING
+                    """,
+                    logger: logger)
+            }
+            guard !batch.isEmpty else { return outcome }
             // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
             //    waits here for our commit, so a notification is applied by exactly one transaction.
             //    Keys go in sorted (byte) order, the same in every worker, so two batches that overlap during a
@@ -158,7 +224,6 @@ public struct EntitlementStore: Sendable {
                 try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
             }
             return outcome
-        }
     }
 
     struct EntitlementKey: Hashable {

@@ -178,5 +178,19 @@ public enum Migrations {
             """,
             "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
         ]),
+        // Dead letters exactly once in effect: the original record's position is recorded in the batch transaction,
+        // so a redelivered batch (rebalance, kill -9, replay) does not publish its dead letters again.
+        Migration(version: 5, name: "dead-lettered record positions", sql: [
+            """
+            CREATE TABLE dead_lettered_records (
+                original_topic text NOT NULL,
+                original_partition integer NOT NULL,
+                original_offset bigint NOT NULL,
+                error_code text NOT NULL,
+                dead_lettered_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (original_topic, original_partition, original_offset)
+            )
+            """,
+        ]),
     ]
 }

@@ -129,14 +129,15 @@ public final class NotificationWorker: Service, Sendable {
     /// it is durable (or the process stops) and is never repeated once it succeeded.
     func write(_ batch: [KafkaConsumerMessage], _ outcomes: [Result<VerifiedNotification, VerificationError>], started: ContinuousClock.Instant) async {
         var stored: [StoredNotification] = []
-        var pendingDeadLetters: [KafkaProducerMessage] = []
+        var deadLettered: [DeadLetteredRecord] = []
+        var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
         for (message, outcome) in zip(batch, outcomes) {
             switch outcome {
             case .success(let verified):
                 metrics.notificationType(verified.payload.notificationType)
                 for unknown in verified.unknownValues {
                     metrics.unknownValue(field: unknown.field)
-                    logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(unknown.rawValue)"])
+                    logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(UntrustedText.quoted(unknown.rawValue))"])
                 }
                 stored.append(
                     StoredNotification(
@@ -144,40 +145,85 @@ public final class NotificationWorker: Service, Sendable {
                         kafkaPartition: message.partition, kafkaOffset: message.offset,
                         receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
             case .failure(let error):
-                pendingDeadLetters.append(deadLetter(message, error))
-                // The reason is logged, never the payload.
-                logger.warning("dead-lettering a record", metadata: [
-                    "code": "\(error.code)", "reason": "\(error.reason)", "partition": "\(message.partition)", "offset": "\(message.offset)",
-                ])
+                let record = DeadLetteredRecord(position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code)
+                deadLettered.append(record)
+                pendingDeadLetters.append((record, deadLetter(message, error)))
             }
         }
-        // Sent together, awaited together; one the broker acknowledged is never sent again, even if another fails.
-        let deadLetterCount = pendingDeadLetters.count
+        // Dead letters: those of a redelivered batch whose transaction committed before are not published again
+        // (their positions are in `dead_lettered_records`). The rest are sent together, awaited together; one the
+        // broker acknowledged is never sent again, even if another fails. Their positions are recorded in the
+        // batch transaction below. (A crash between the acknowledgement and the commit re-sends once: `dlq list`
+        // and `redrive` dedupe by original position.)
+        var checkedRecorded = pendingDeadLetters.isEmpty
+        var published: [DeadLetteredRecord] = []
         guard await untilDurable("dead letters", {
+            if !checkedRecorded {
+                let positions = pendingDeadLetters.map(\.record.position)
+                let recorded = try await Self.withDeadline(configuration.storeTimeout, "reading dead-letter positions") { [store] in
+                    try await store.deadLetteredPositions(among: positions)
+                }
+                pendingDeadLetters.removeAll { recorded.contains($0.record.position) }
+                checkedRecorded = true
+            }
             let producer = deadLetters
             let letters = pendingDeadLetters
             let delivered = await withTaskGroup(of: Int?.self) { group in
                 for (index, letter) in letters.enumerated() {
-                    group.addTask { (try? await producer.sendAndAwait(letter)).map { _ in index } }
+                    group.addTask { (try? await producer.sendAndAwait(letter.letter)).map { _ in index } }
                 }
                 var delivered: Set<Int> = []
                 for await index in group { if let index { delivered.insert(index) } }
                 return delivered
             }
+            published += letters.enumerated().filter { delivered.contains($0.offset) }.map(\.element.record)
             pendingDeadLetters = letters.enumerated().filter { !delivered.contains($0.offset) }.map(\.element)
             if !pendingDeadLetters.isEmpty { throw DeadLetterNotAcknowledged(count: pendingDeadLetters.count) }
         }) else { return }
-        for outcome in outcomes { if case .failure(let error) = outcome { metrics.deadLettered(code: error.code) } }
-        metrics.records("dead_lettered", deadLetterCount)
+        for record in published {
+            metrics.deadLettered(code: record.errorCode)
+            // The reason is logged, never the payload (and the reason is escaped and bounded by VerificationError).
+            logger.warning("dead-lettered a record", metadata: ["code": "\(record.errorCode)", "partition": "\(record.position.partition)", "offset": "\(record.position.offset)"])
+        }
+        metrics.records("dead_lettered", published.count)
+        metrics.records("dead_letter_already_sent", deadLettered.count - published.count)
+        // A permanent refusal (SQLSTATE 22/23: the data, not the database) is isolated by bisecting the batch;
+        // the refused records are dead-lettered as `storeRejected` and the rest stored. Anything else is retried.
+        var remaining = stored
+        var positionsToRecord = deadLettered
+        var failures = 0
         guard await untilDurable("notifications", {
-            // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
-            // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
-            // committed just as its deadline passed is harmless: the retry finds every notification in the ledger.
-            let result = try await Self.withDeadline(configuration.storeTimeout, "storing the batch") { [store, stored] in try await store.store(stored) }
-            metrics.records("applied", result.applied)
-            metrics.records("duplicate", result.duplicates)
-            metrics.records("stale", result.stale)
-            logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
+            do {
+                // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
+                // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
+                // committed just as its deadline passed is harmless: the retry finds every notification in the ledger.
+                let result = try await Self.withDeadline(configuration.storeTimeout, "storing the batch") { [store, remaining, positionsToRecord] in
+                    try await store.store(remaining, deadLettered: positionsToRecord)
+                }
+                metrics.records("applied", result.applied)
+                metrics.records("duplicate", result.duplicates)
+                metrics.records("stale", result.stale)
+                metrics.consecutiveBatchFailures.set(0.0)
+                logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
+            } catch {
+                failures += 1
+                metrics.consecutiveBatchFailures.set(Double(failures))
+                guard case .permanent = StoreFailure(error) else { throw error }
+                let (accepted, rejected) = await isolateRejected(remaining)
+                for (record, failure) in rejected {
+                    guard case .permanent(let state, let message) = failure else { continue }
+                    let position = RecordPosition(topic: record.kafkaTopic ?? "", partition: record.kafkaPartition ?? -1, offset: record.kafkaOffset ?? -1)
+                    let letter = deadLetter(
+                        topic: position.topic, partition: position.partition, offset: position.offset, key: nil, value: Array(record.signedPayload.utf8),
+                        headers: [], timestamp: nil, code: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state)): \(message)", cause: state)
+                    _ = try await deadLetters.sendAndAwait(letter)
+                    positionsToRecord.append(DeadLetteredRecord(position: position, errorCode: "storeRejected"))
+                    metrics.deadLettered(code: "storeRejected")
+                    logger.error("dead-lettered a record PostgreSQL refuses", metadata: ["sqlstate": "\(state)", "partition": "\(position.partition)", "offset": "\(position.offset)"])
+                }
+                remaining = accepted
+                throw error  // retried at once with what is left: the accepted records and the refused ones' positions
+            }
         }) else { return }
 
         var next: [KafkaTopicPartition: Int64] = [:]
@@ -224,7 +270,8 @@ public final class NotificationWorker: Service, Sendable {
                     paused = assignment
                 }
                 let backoff = Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff)
-                logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(error)")
+                // Escaped and bounded: a database error may quote the refused data.
+                logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(UntrustedText.escaped(String(describing: error), limit: 400))")
                 try? await Task.sleep(for: backoff)
             }
         }
@@ -278,18 +325,50 @@ public final class NotificationWorker: Service, Sendable {
     }
 
     func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError) -> KafkaProducerMessage {
-        var headers = message.headers
-        headers.append(KafkaHeader(key: DeadLetterHeader.errorCode, string: error.code))
-        headers.append(KafkaHeader(key: DeadLetterHeader.errorReason, string: error.reason))
-        if case .nestedInvalid = error { headers.append(KafkaHeader(key: DeadLetterHeader.errorCause, string: error.rootCause.code)) }
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalTopic, string: message.topic))
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalPartition, string: String(message.partition)))
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalOffset, string: String(message.offset)))
-        if let timestamp = message.timestamp { headers.append(KafkaHeader(key: DeadLetterHeader.originalTimestamp, string: String(timestamp))) }
+        deadLetter(
+            topic: message.topic, partition: message.partition, offset: message.offset, key: message.key, value: message.value,
+            headers: message.headers, timestamp: message.timestamp, code: error.code, reason: error.reason,
+            cause: { if case .nestedInvalid = error { return error.rootCause.code } else { return nil } }())
+    }
+
+    /// The dead letter of the record read at `topic`/`partition`/`offset`: its value (and key, headers)
+    /// unchanged, the reason in headers.
+    func deadLetter(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8], headers original: [KafkaHeader], timestamp: Int64?,
+        code: String, reason: String, cause: String?
+    ) -> KafkaProducerMessage {
+        var headers = original
+        headers.append(KafkaHeader(key: DeadLetterHeader.errorCode, string: code))
+        headers.append(KafkaHeader(key: DeadLetterHeader.errorReason, string: reason))
+        if let cause { headers.append(KafkaHeader(key: DeadLetterHeader.errorCause, string: cause)) }
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalTopic, string: topic))
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalPartition, string: String(partition)))
+        headers.append(KafkaHeader(key: DeadLetterHeader.originalOffset, string: String(offset)))
+        if let timestamp { headers.append(KafkaHeader(key: DeadLetterHeader.originalTimestamp, string: String(timestamp))) }
         headers.append(KafkaHeader(key: DeadLetterHeader.consumerGroup, string: configuration.groupId))
         headers.append(KafkaHeader(key: DeadLetterHeader.failedAt, string: String(Int64(Date().timeIntervalSince1970 * 1000))))
         headers.append(KafkaHeader(key: DeadLetterHeader.attempt, string: "1"))
-        return KafkaProducerMessage(topic: configuration.deadLetterTopic, key: message.key, value: message.value, headers: headers)
+        return KafkaProducerMessage(topic: configuration.deadLetterTopic, key: key, value: value, headers: headers)
+    }
+
+    /// Splits `records` into those PostgreSQL accepts and those it refuses for good, by storing halves in
+    /// transactions that are rolled back (`store(_:probeOnly:)`): a batch whose every record is refused costs
+    /// log2(n) probes per refused record. Transient errors during the probe count as accepted (the retry sees them).
+    func isolateRejected(_ records: [StoredNotification]) async -> (accepted: [StoredNotification], rejected: [(StoredNotification, StoreFailure)]) {
+        guard !records.isEmpty else { return ([], []) }
+        let failure: StoreFailure
+        do {
+            try await Self.withDeadline(configuration.storeTimeout, "probing part of a refused batch") { [store, records] in try await store.probe(records) }
+            return (records, [])
+        } catch {
+            failure = StoreFailure(error)
+        }
+        guard case .permanent = failure else { return (records, []) }
+        if records.count == 1 { return ([], [(records[0], failure)]) }
+        let middle = records.count / 2
+        let first = await isolateRejected(Array(records[..<middle]))
+        let second = await isolateRejected(Array(records[middle...]))
+        return (first.accepted + second.accepted, first.rejected + second.rejected)
     }
 
     /// Exponential backoff with full jitter, capped.

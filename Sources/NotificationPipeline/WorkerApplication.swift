@@ -29,7 +29,7 @@ public func buildWorkerServices(
     let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
     let worker = NotificationWorker(
-        configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: EntitlementStore(client: postgres, logger: logger),
+        configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: EntitlementStore(client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9),
         verifier: verifier, metrics: WorkerMetrics(registry: registry), logger: logger)
 
     let router = Router()

@@ -10,6 +10,8 @@ public struct WorkerMetrics: Sendable {
     let verificationDuration: DurationHistogram
     let ready: Gauge
     let assignedPartitions: Gauge
+    /// Failed attempts at the current batch's transaction (0 once it is stored): the alert for a stuck worker.
+    let consecutiveBatchFailures: Gauge
 
     public init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
@@ -26,6 +28,8 @@ public struct WorkerMetrics: Sendable {
         ready = registry.makeGauge(descriptor: .init(metricName: "worker_ready", unitName: "", helpText: "1 while batches are being stored, 0 while retrying a transient failure"))
         assignedPartitions = registry.makeGauge(
             descriptor: .init(metricName: "worker_assigned_partitions", unitName: "", helpText: "Partitions this member owns; 0 on a member beyond the partition count"))
+        consecutiveBatchFailures = registry.makeGauge(
+            descriptor: .init(metricName: "worker_batch_failures_consecutive", unitName: "", helpText: "Failed attempts at storing the current batch (0 once stored)"))
     }
 
     /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.

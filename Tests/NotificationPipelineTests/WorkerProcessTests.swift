@@ -39,8 +39,16 @@ struct WorkerProcessTests {
         func newDatabase(_ suffix: String) async throws -> String {
             try await TestDatabase.create("w" + UUID().uuidString.prefix(8).lowercased() + suffix, on: postgresURL)
         }
-        func checkDeadLetters(_ group: String, _ phase: String) async throws {
+        /// Exactly one dead letter per forged record. A kill -9 between the broker's acknowledgement of a dead letter
+        /// and its batch's commit may re-send it once (`exact: false` then counts distinct original positions,
+        /// as `pipelinectl dlq list` does); everywhere else the raw count is exact.
+        func checkDeadLetters(_ group: String, _ phase: String, exact: Bool = true) async throws {
             let dead = try await fixture.deadLetters(group: group)
+            if exact {
+                #expect(dead.count == expectedDead.count, "\(phase): \(dead.count) dead letters, expected exactly \(expectedDead.count)")
+            } else {
+                #expect(Set(dead.compactMap(\.original)).count == expectedDead.count && dead.count <= expectedDead.count + 1, "\(phase): \(dead.count) dead letters")
+            }
             #expect(Set(dead.map { String(decoding: $0.record.value, as: UTF8.self) }) == Set(expectedDead.keys), "\(phase): only the forged records are dead-lettered")
             for letter in dead { #expect(expectedDead[String(decoding: letter.record.value, as: UTF8.self)] == letter.errorCode, "\(phase): \(letter.errorCode)") }
         }
@@ -66,6 +74,7 @@ struct WorkerProcessTests {
         #expect(try await fixture.waitForLag(group: groupA), "the replay was consumed to the end\n\(fixture.logTail())")
         await finish(workers)
         #expect(try await TestDatabase.digest(databaseA) == reference, "a replay changed the database")
+        try await checkDeadLetters(groupA, "replay: the redelivered forged records are not dead-lettered again")
 
         // B. kill -9 of one worker mid-stream; a replacement joins; the group rebalances.
         let groupB = TestServices.uniqueName("killed")
@@ -84,7 +93,7 @@ struct WorkerProcessTests {
         await finish(workers)
         #expect(killedAt < distinct, "the kill happened mid-stream (\(killedAt) of \(distinct) stored)")
         #expect(try await TestDatabase.digest(databaseB) == reference, "kill -9 changed the outcome")
-        try await checkDeadLetters(groupB, "kill -9")
+        try await checkDeadLetters(groupB, "kill -9", exact: false)
 
         // C. PostgreSQL stopped mid-stream (immediate shutdown, as a crash), kept down while the workers retry, then
         // started again: the workers say they are not ready meanwhile, dead-letter nothing more, and finish.
