@@ -31,6 +31,24 @@ extension EntitlementStore {
         return Migrations.all.filter { !applied.contains($0.version) }
     }
 
+    /// Runs `body` holding the session advisory lock `key`, on a connection of its own; refused at once (not
+    /// queued) when another session holds it.
+    public func withAdvisoryLock<T: Sendable>(_ key: Int64, name: String, _ body: () async throws -> T) async throws -> T {
+        try await client.withConnection { connection in
+            var locked = false
+            for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(key))", logger: logger).decode(Bool.self) { locked = value }
+            guard locked else { throw AdvisoryLockHeld(name: name) }
+            do {
+                let result = try await body()
+                _ = try? await connection.query("SELECT pg_advisory_unlock(\(key))", logger: logger)
+                return result
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(\(key))", logger: logger)
+                throw error
+            }
+        }
+    }
+
     /// Which of `positions` were already dead-lettered (their batch committed before): a redelivered batch skips
     /// publishing those again.
     public func deadLetteredPositions(among positions: [RecordPosition]) async throws -> Set<RecordPosition> {
@@ -72,4 +90,10 @@ extension EntitlementStore {
             """,
             logger: logger)
     }
+}
+
+/// Another session runs the same operation now.
+public struct AdvisoryLockHeld: Error, CustomStringConvertible {
+    public var name: String
+    public var description: String { "another \(name) is running (its advisory lock is held); try again when it has finished" }
 }

@@ -20,6 +20,13 @@ extension KafkaProducer {
         _ = rd_kafka_test_fatal_error(client.handle.pointer, RD_KAFKA_RESP_ERR_PRODUCER_FENCED, reason)
     }
 
+    /// Takes the mock cluster's broker `id` down (closing its connections) or brings it back up.
+    @_spi(Testing)
+    public func setMockBroker(_ id: Int32, up: Bool) -> Bool {
+        guard let cluster = rd_kafka_handle_mock_cluster(client.handle.pointer) else { return false }
+        return (up ? rd_kafka_mock_broker_set_up(cluster, id) : rd_kafka_mock_broker_set_down(cluster, id)) == RD_KAFKA_RESP_ERR_NO_ERROR
+    }
+
     /// The mock cluster's bootstrap servers, so other clients can join it.
     @_spi(Testing)
     public var mockBootstrapServers: String? {

@@ -1,5 +1,6 @@
 import CRDKafka
 import Logging
+import Metrics
 import ServiceLifecycle
 import Synchronization
 
@@ -20,6 +21,8 @@ public final class KafkaConsumer: Service, Sendable {
     /// Partitions assigned to and revoked from this member, in order.
     public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
     private let closed = Atomic<Bool>(false)
+    /// When each error code was last logged (consumer errors are logged at most once per code every 10 s).
+    private let errorLogTimes = Mutex<[Int32: ContinuousClock.Instant]>([:])
     /// Set on the blocking queue right before the group is left: commits queued after that are refused.
     private let closedForCommit = Atomic<Bool>(false)
     private var isClosedForCommit: Bool { closedForCommit.load(ordering: .relaxed) }
@@ -86,7 +89,11 @@ public final class KafkaConsumer: Service, Sendable {
                 guard let pointer else { continue }
                 defer { rd_kafka_message_destroy(pointer) }
                 if pointer.pointee.err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    let error = KafkaError(pointer.pointee.err)
+                    // An error event in the record stream (missing topic, denied ACL, failed offset fetch, or a
+                    // fatal one such as a fenced static member): never a record, always reported.
+                    var error = KafkaError(pointer.pointee.err, message: KafkaConsumer.errorText(pointer))
+                    if rd_kafka_fatal_error(client.handle.pointer, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR { error.isFatal = true }
+                    reportConsumerError(error)
                     if error.isFatal { fatal = error }
                     continue
                 }
@@ -98,6 +105,36 @@ public final class KafkaConsumer: Service, Sendable {
         let messages = try result.get()
         if !messages.isEmpty { context.brokersReachable.store(true, ordering: .relaxed) }
         return messages
+    }
+
+    /// Counts a consumer error (`kafka_consumer_errors_total{code}`) and logs it, at most once per code every 10 s.
+    func reportConsumerError(_ error: KafkaError) {
+        Counter(label: "kafka_consumer_errors_total", dimensions: [("code", error.name), ("fatal", String(error.isFatal))]).increment()
+        let now = ContinuousClock.now
+        let log = errorLogTimes.withLock { times in
+            if let last = times[error.code], now - last < .seconds(10), !error.isFatal { return false }
+            times[error.code] = now
+            return true
+        }
+        guard log else { return }
+        if error.isFatal {
+            context.logger.critical("fatal consumer error: \(error); this member can no longer consume")
+        } else {
+            context.logger.warning("consumer error (repeats of this code are not logged for 10 s): \(error)")
+        }
+    }
+
+    /// The error text librdkafka attached to an error event (`rd_kafka_message_errstr`).
+    static func errorText(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> String {
+        if let text = rd_kafka_message_errstr(message) { return String(cString: text) }
+        return String(cString: rd_kafka_err2str(message.pointee.err))
+    }
+
+    /// Asks the cluster for metadata (a cheap request): true, and `isBrokerReachable` set again, when a broker
+    /// answered. A quiet member (nothing to fetch) learns this way that its brokers are back.
+    public func checkBrokerReachable(timeoutMilliseconds: Int32 = 1_000) async -> Bool {
+        guard !closed.load(ordering: .relaxed) else { return false }
+        return (try? await client.metadata(timeoutMilliseconds: timeoutMilliseconds)) != nil
     }
 
     /// Marks `message` done: its offset + 1 is what the group will commit for its partition.

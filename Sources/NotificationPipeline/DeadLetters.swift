@@ -47,6 +47,49 @@ public enum RedriveHeader {
     public static let count = "redrive-count"
 }
 
+/// The dead letters matching filters, taken one record at a time: what `dlq list` and `dlq redrive` keep is
+/// bounded (counts per code, the newest `keepNewest` without their payloads, and the original positions seen,
+/// for deduplication), never the topic's payloads.
+public struct DeadLetterScan: Sendable {
+    public let since: Int64?
+    public let errorCode: String?
+    public let keepNewest: Int
+    public private(set) var matched = 0
+    public private(set) var duplicates = 0
+    public private(set) var countsByCode: [String: Int] = [:]
+    /// The newest matches, oldest first, with their values dropped.
+    public private(set) var newest: [DeadLetter] = []
+    private var originals: Set<RecordPosition> = []
+
+    public init(since: Int64?, errorCode: String?, keepNewest: Int) {
+        self.since = since
+        self.errorCode = errorCode
+        self.keepNewest = keepNewest
+    }
+
+    /// The dead letter in `record` when it matches the filters and is the first for its original record.
+    public mutating func take(_ record: KafkaConsumerMessage) -> DeadLetter? {
+        let letter = DeadLetter(record)
+        guard since.map({ letter.time >= $0 }) ?? true, errorCode.map({ letter.errorCode == $0 }) ?? true else { return nil }
+        if let original = letter.original, !originals.insert(original).inserted {
+            duplicates += 1
+            return nil
+        }
+        matched += 1
+        countsByCode[letter.errorCode, default: 0] += 1
+        if keepNewest > 0 {
+            var kept = letter
+            kept.record.value = []
+            newest.append(kept)
+            if newest.count > keepNewest * 2 { newest = Array(newest.sorted { ($0.time, $0.position) < ($1.time, $1.position) }.suffix(keepNewest)) }
+        }
+        return letter
+    }
+
+    /// The newest kept, oldest first.
+    public var newestSorted: [DeadLetter] { Array(newest.sorted { ($0.time, $0.position) < ($1.time, $1.position) }.suffix(keepNewest)) }
+}
+
 public enum DeadLetterOperations {
     /// The dead letters matching the filters, oldest first, one per original record: a record dead-lettered
     /// twice (sent again by a worker killed between the broker's acknowledgement and its commit, or written before

@@ -44,6 +44,9 @@ public final class NotificationWorker: Service, Sendable {
     let healthy = HealthFlag(true)
     /// Whether start-up (migrations) is done.
     let started = HealthFlag(false)
+    /// Set when the consumer hit a fatal error: the worker goes not-ready and `run()` throws, so the process exits
+    /// non-zero and the orchestrator replaces it.
+    let fatalReason = Mutex<String?>(nil)
 
     public init(
         configuration: WorkerConfiguration, consumer: KafkaConsumer, deadLetters: KafkaProducer, store: EntitlementStore,
@@ -60,6 +63,7 @@ public final class NotificationWorker: Service, Sendable {
 
     /// For `/health/ready`: nil when ready, else why not.
     public var notReadyReason: String? {
+        if let fatal = fatalReason.withLock({ $0 }) { return "fatal consumer error: \(fatal); the process is exiting" }
         if !started.value { return "starting (applying migrations)" }
         if !healthy.value { return "retrying a transient failure (database or broker unavailable)" }
         if !consumer.isBrokerReachable { return "no Kafka broker reachable" }
@@ -78,6 +82,7 @@ public final class NotificationWorker: Service, Sendable {
         metrics.ready.set(1.0)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { [consumer, metrics] in await Self.trackAssignment(consumer.rebalanceEvents, metrics) }
+            group.addTask { [consumer] in await Self.probeWhileUnreachable(consumer, every: .seconds(5)) }
             await withGracefulShutdownHandler {
                 // Two stages: while batch N is written (dead letters, transaction, offsets), batch N+1 is polled
                 // and verified. Writes stay in poll order, one batch at a time, so per-partition order holds and
@@ -97,6 +102,12 @@ public final class NotificationWorker: Service, Sendable {
                             if writing { await writes.next() }
                             writes.addTask { await self.write(batch, outcomes, started: started) }
                             writing = true
+                        } catch let error as KafkaError where error.isFatal {
+                            // This member can never consume again (e.g. a fenced static member): stop, so the
+                            // process exits non-zero and is replaced, instead of looping while reporting ready.
+                            fatalReason.withLock { $0 = "\(error)" }
+                            metrics.ready.set(0.0)
+                            break
                         } catch {
                             logger.error("polling failed: \(error)")
                             try? await Task.sleep(for: .seconds(1))
@@ -109,6 +120,17 @@ public final class NotificationWorker: Service, Sendable {
                 // fails, is abandoned uncommitted and redelivered to the next owner).
             }
             group.cancelAll()
+        }
+        if let reason = fatalReason.withLock({ $0 }) { throw FatalConsumerError(reason: reason) }
+    }
+
+    /// While the brokers are marked unreachable (after a transport error), asks for metadata every `period`: a
+    /// quiet worker (nothing fetched for hours) becomes ready again right after a routine broker restart instead
+    /// of waiting for its next record, which would block node drains through the PodDisruptionBudget.
+    static func probeWhileUnreachable(_ consumer: KafkaConsumer, every period: Duration) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: period)
+            if !consumer.isBrokerReachable { _ = await consumer.checkBrokerReachable() }
         }
     }
 
@@ -377,6 +399,12 @@ public final class NotificationWorker: Service, Sendable {
         let capped = min(base, maximum)
         return capped * Double.random(in: 0.5...1.0)
     }
+}
+
+/// The consumer hit a fatal error: the worker stops so that its process exits non-zero and is replaced.
+public struct FatalConsumerError: Error, CustomStringConvertible {
+    public var reason: String
+    public var description: String { "fatal consumer error, exiting so the orchestrator replaces this process: \(reason)" }
 }
 
 /// Some dead letters were not acknowledged by the broker (retried; never skipped).

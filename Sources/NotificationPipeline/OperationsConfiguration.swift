@@ -22,6 +22,9 @@ public struct OperationsConfiguration: Sendable {
     public var retentionDays = 14
     /// `DEAD_LETTER_RETENTION_DAYS`: dead letters wait this long for a fix and a re-drive.
     public var deadLetterRetentionDays = 90
+    /// `DEAD_LETTER_RETENTION_BYTES`: and at most this many bytes per dead-letter partition (oldest deleted first):
+    /// garbage that passes ingest's shape check cannot fill the brokers' disks, whatever the time limit says.
+    public var deadLetterRetentionBytes: Int64 = 1 << 30
     /// `KAFKA_*`, when set.
     public var kafka: KafkaClientConfigurationValues?
     /// `POSTGRES_URL`, when set.
@@ -31,7 +34,7 @@ public struct OperationsConfiguration: Sendable {
 
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
-        "DEAD_LETTER_RETENTION_DAYS", "POSTGRES_URL", "LOG_LEVEL",
+        "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
@@ -43,6 +46,8 @@ public struct OperationsConfiguration: Sendable {
         configuration.replicationFactor = Int32(try environment.int("TOPIC_REPLICATION_FACTOR", default: Int(configuration.replicationFactor), range: 1...16))
         configuration.retentionDays = try environment.int("TOPIC_RETENTION_DAYS", default: configuration.retentionDays, range: 7...3_650)
         configuration.deadLetterRetentionDays = try environment.int("DEAD_LETTER_RETENTION_DAYS", default: configuration.deadLetterRetentionDays, range: 7...3_650)
+        configuration.deadLetterRetentionBytes = Int64(try environment.int(
+            "DEAD_LETTER_RETENTION_BYTES", default: Int(configuration.deadLetterRetentionBytes), range: 16 * 1_024 * 1_024...1_024 * 1_024 * 1_024 * 1_024))
         if environment.optionalString("KAFKA_BOOTSTRAP_SERVERS") != nil {
             configuration.kafka = try KafkaEnvironment.client(environment, defaultClientId: "pipelinectl")
         }
@@ -65,7 +70,7 @@ public struct OperationsConfiguration: Sendable {
                 "min.insync.replicas": String(min(2, replicationFactor)),
             ]),
             .init(name: deadLetterTopic, partitions: min(partitions, 3), replicationFactor: replicationFactor, config: [
-                "retention.ms": String(Int64(deadLetterRetentionDays) * day), "cleanup.policy": "delete",
+                "retention.ms": String(Int64(deadLetterRetentionDays) * day), "retention.bytes": String(deadLetterRetentionBytes), "cleanup.policy": "delete",
                 "min.insync.replicas": String(min(2, replicationFactor)),
             ]),
         ]
@@ -76,7 +81,10 @@ public struct OperationsConfiguration: Sendable {
         guard let postgresURL else { throw ConfigurationError(variable: "POSTGRES_URL", reason: "is required (or --postgres-url)") }
         var configuration = try PostgresClient.Configuration(url: postgresURL)
         configuration.options.maximumConnections = 2
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        // The pool's own background log at error: tools print what they do; pool chatter is noise there.
+        var poolLogger = logger
+        poolLogger.logLevel = .error
+        let client = PostgresClient(configuration: configuration, backgroundLogger: poolLogger)
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 await client.run()

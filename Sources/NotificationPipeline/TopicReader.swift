@@ -9,10 +9,22 @@ import Logging
 /// test broker reports the base offset of a partition's last batch as its end, so records produced together
 /// (the worker sends a batch's dead letters at once) would otherwise be missed there. Kafka reports the true end.
 public enum TopicReader {
+    /// Every record of the topic, in memory: for tests and small topics. Tools use `forEach`.
     public static func readAll(
         _ topic: String, client: KafkaClientConfiguration, logger: Logger, timeout: Duration = .seconds(120), settle: Duration = .seconds(1),
         progress: @Sendable (Int, Int64) -> Void = { _, _ in }
     ) async throws -> [KafkaConsumerMessage] {
+        var records: [KafkaConsumerMessage] = []
+        try await forEach(topic, client: client, logger: logger, timeout: timeout, settle: settle, progress: progress) { records.append($0) }
+        return records
+    }
+
+    /// Hands every record of the topic to `body`, one at a time, keeping none: memory stays bounded by one poll
+    /// (at most 1 000 records) whatever the topic holds. `timeout` bounds the whole read.
+    public static func forEach(
+        _ topic: String, client: KafkaClientConfiguration, logger: Logger, timeout: Duration = .seconds(600), settle: Duration = .seconds(1),
+        progress: @Sendable (Int, Int64) -> Void = { _, _ in }, _ body: (KafkaConsumerMessage) async throws -> Void
+    ) async throws {
         let admin = try KafkaAdminClient(configuration: client, logger: logger)
         let partitionCount = try await admin.listTopics()[topic] ?? 0
         guard partitionCount > 0 else {
@@ -29,14 +41,15 @@ public enum TopicReader {
             }
         }
         await admin.close()
-        guard !remaining.isEmpty else { return [] }
+        guard !remaining.isEmpty else { return }
 
         var configuration = KafkaConsumerConfiguration(client: client, groupId: "pipelinectl-reader-\(UUID().uuidString.lowercased())")
         configuration.sessionTimeoutMilliseconds = 6_000
         configuration.heartbeatIntervalMilliseconds = 500
         configuration.autoOffsetReset = "earliest"
+        configuration.maximumPrefetchKilobytes = 8 * 1024
         let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: logger)
-        var records: [KafkaConsumerMessage] = []
+        var read = 0
         var seen: [Int32: Int64] = [:]  // partition -> highest offset read
         let deadline = ContinuousClock.now + timeout
         var quietSince: ContinuousClock.Instant?
@@ -47,19 +60,19 @@ public enum TopicReader {
                 var fresh = false
                 for message in batch where message.offset > seen[message.partition, default: -1] {
                     seen[message.partition] = message.offset
-                    records.append(message)
+                    read += 1
+                    try await body(message)
                     fresh = true
                     if let last = remaining[message.partition], message.offset >= last { remaining[message.partition] = nil }
                 }
                 if !remaining.isEmpty || fresh { quietSince = remaining.isEmpty ? ContinuousClock.now : nil }
-                progress(records.count, max(total, Int64(records.count)))
+                progress(read, max(total, Int64(read)))
             }
         } catch {
             await consumer.close()
             throw error
         }
         await consumer.close()
-        return records
     }
 }
 

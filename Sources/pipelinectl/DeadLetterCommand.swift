@@ -27,22 +27,23 @@ struct DeadLetterCommand: AsyncParsableCommand {
         func run() async throws {
             let configuration = try connection.configuration()
             let progress = ProgressLine("reading \(configuration.deadLetterTopic)")
-            let records = try await TopicReader.readAll(configuration.deadLetterTopic, client: try configuration.requireKafka(), logger: toolLogger) { done, total in
+            // Streamed: only counts, the newest `limit` (without payloads) and the original positions are kept.
+            var scan = DeadLetterScan(since: try filters.since.map(parseISO8601), errorCode: filters.errorCode, keepNewest: limit)
+            try await TopicReader.forEach(configuration.deadLetterTopic, client: try configuration.requireKafka(), logger: toolLogger, progress: { done, total in
                 progress.update(done, of: total)
-            }
-            let letters = DeadLetterOperations.list(records, since: try filters.since.map(parseISO8601), errorCode: filters.errorCode)
-            var counts: [String: Int] = [:]
-            for letter in letters { counts[letter.errorCode, default: 0] += 1 }
-            let newest = letters.suffix(limit).reversed()
+            }) { record in _ = scan.take(record) }
+            let counts = scan.countsByCode
+            let newest = scan.newestSorted.reversed()
             if json {
                 printJSON(.object(JSONObject([
-                    "topic": .string(configuration.deadLetterTopic), "total": .number(JSONNumber(Int64(letters.count))),
+                    "topic": .string(configuration.deadLetterTopic), "total": .number(JSONNumber(Int64(scan.matched))),
+                    "duplicatesSkipped": .number(JSONNumber(Int64(scan.duplicates))),
                     "byErrorCode": .object(JSONObject(members: counts.sorted { $0.key < $1.key }.map { .init(key: $0.key, value: .number(JSONNumber(Int64($0.value)))) })),
                     "newest": .array(newest.map(describe)),
                 ])))
                 return
             }
-            print("\(letters.count) dead letter(s) in \(configuration.deadLetterTopic)")
+            print("\(scan.matched) dead letter(s) in \(configuration.deadLetterTopic)\(scan.duplicates > 0 ? " (\(scan.duplicates) repeated record(s) of the same original not counted)" : "")")
             for (code, count) in counts.sorted(by: { ($1.value, $0.key) < ($0.value, $1.key) }) { print("  \(count)\t\(code)") }
             for letter in newest {
                 print("\(letter.position.description)  failed \(Timestamp(millisecondsSince1970: letter.time))  \(letter.errorCode)\(letter.errorCause.map { " (cause \($0))" } ?? "")")
@@ -84,54 +85,88 @@ struct DeadLetterCommand: AsyncParsableCommand {
         func run() async throws {
             let configuration = try connection.configuration()
             let client = try configuration.requireKafka()
-            let records = try await TopicReader.readAll(configuration.deadLetterTopic, client: client, logger: toolLogger)
-            let candidates = DeadLetterOperations.list(records, since: try filters.since.map(parseISO8601), errorCode: filters.errorCode)
             let deadLetterTopic = configuration.deadLetterTopic
-            let alreadyDone = try await configuration.withStore(logger: toolLogger) { store in
-                _ = try await store.migrate()  // the re-drive log is part of the schema
-                return try await store.redrivenDeadLetters(topic: deadLetterTopic)
-            }
-            let pending = candidates.filter { !alreadyDone.contains($0.position) }
-            var redriven: [(DeadLetter, RecordPosition)] = []
-            if !dryRun && !pending.isEmpty {
-                var producerConfiguration = KafkaProducerConfiguration(client: client)
-                producerConfiguration.deliveryTimeoutMilliseconds = 30_000
-                let producer = try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
-                let progress = ProgressLine("re-driving")
-                let topic = configuration.topic
-                redriven = try await configuration.withStore(logger: toolLogger) { store in
-                    var done: [(DeadLetter, RecordPosition)] = []
-                    for letter in pending {
-                        let now = Int64(Date().timeIntervalSince1970 * 1000)
-                        let report = try await producer.sendAndAwait(DeadLetterOperations.redriveRecord(letter, to: topic, now: now))
-                        let to = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
-                        // Recorded after the broker acknowledged: a crash in between re-drives it again next time (harmless).
-                        try await store.recordRedrive(from: letter.position, errorCode: letter.errorCode, to: to)
-                        done.append((letter, to))
-                        progress.update(done.count, of: Int64(pending.count))
-                    }
-                    return done
+            let topic = configuration.topic
+            let since = try filters.since.map(parseISO8601)
+            let errorCode = filters.errorCode
+            let dryRun = dryRun
+            let summary = try await configuration.withStore(logger: toolLogger) { store in
+                // The re-drive log is part of the schema: a database behind the binary is refused, not migrated
+                // from here (migrations are `pipelinectl migrate`'s, under its own lock).
+                let pending = try await store.pendingMigrations()
+                guard pending.isEmpty else {
+                    throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first")
                 }
-                await producer.close()
+                // One re-drive at a time: two concurrent runs would both publish what neither recorded yet.
+                return try await store.withAdvisoryLock(RedriveSummary.lockKey, name: "dlq redrive") {
+                    let alreadyDone = try await store.redrivenDeadLetters(topic: deadLetterTopic)
+                    var summary = RedriveSummary()
+                    var scan = DeadLetterScan(since: since, errorCode: errorCode, keepNewest: 0)
+                    var producer: KafkaProducer?
+                    if !dryRun {
+                        var producerConfiguration = KafkaProducerConfiguration(client: client)
+                        producerConfiguration.deliveryTimeoutMilliseconds = 30_000
+                        producer = try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
+                    }
+                    let progress = ProgressLine(dryRun ? "reading \(deadLetterTopic)" : "re-driving from \(deadLetterTopic)")
+                    do {
+                        // Streamed: each dead letter is re-driven as it is read; nothing but positions is kept.
+                        try await TopicReader.forEach(deadLetterTopic, client: client, logger: toolLogger, progress: { done, total in
+                            progress.update(done, of: total)
+                        }) { record in
+                            guard let letter = scan.take(record) else { return }
+                            summary.matched += 1
+                            guard !alreadyDone.contains(letter.position) else {
+                                summary.alreadyRedriven += 1
+                                return
+                            }
+                            guard let producer else {
+                                summary.wouldRedrive.append((letter.position, letter.errorCode))
+                                return
+                            }
+                            let now = Int64(Date().timeIntervalSince1970 * 1000)
+                            let report = try await producer.sendAndAwait(DeadLetterOperations.redriveRecord(letter, to: topic, now: now))
+                            let to = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
+                            // Recorded after the broker acknowledged: a crash in between re-drives it again next time (harmless).
+                            try await store.recordRedrive(from: letter.position, errorCode: letter.errorCode, to: to)
+                            summary.redriven.append((letter.position, letter.errorCode, to))
+                        }
+                    } catch {
+                        await producer?.close()
+                        throw error
+                    }
+                    await producer?.close()
+                    return summary
+                }
             }
             if json {
                 printJSON(.object(JSONObject([
-                    "matched": .number(JSONNumber(Int64(candidates.count))), "alreadyRedriven": .number(JSONNumber(Int64(candidates.count - pending.count))),
-                    "redriven": .number(JSONNumber(Int64(redriven.count))), "dryRun": .bool(dryRun),
-                    "wouldRedrive": .array(dryRun ? pending.map { .string($0.position.description) } : []),
-                    "records": .array(redriven.map { letter, to in
-                        .object(JSONObject(["from": .string(letter.position.description), "to": .string(to.description), "errorCode": .string(letter.errorCode)]))
+                    "matched": .number(JSONNumber(Int64(summary.matched))), "alreadyRedriven": .number(JSONNumber(Int64(summary.alreadyRedriven))),
+                    "redriven": .number(JSONNumber(Int64(summary.redriven.count))), "dryRun": .bool(dryRun),
+                    "wouldRedrive": .array(summary.wouldRedrive.map { .string($0.0.description) }),
+                    "records": .array(summary.redriven.map { from, code, to in
+                        .object(JSONObject(["from": .string(from.description), "to": .string(to.description), "errorCode": .string(code)]))
                     }),
                 ])))
                 return
             }
-            print("\(candidates.count) dead letter(s) match, \(candidates.count - pending.count) already re-driven")
+            print("\(summary.matched) dead letter(s) match, \(summary.alreadyRedriven) already re-driven")
             if dryRun {
-                for letter in pending { print("would re-drive \(letter.position.description) (\(letter.errorCode))") }
+                for (position, code) in summary.wouldRedrive { print("would re-drive \(position.description) (\(code))") }
             } else {
-                for (letter, to) in redriven { print("re-drove \(letter.position.description) (\(letter.errorCode)) → \(to.description)") }
-                print("\(redriven.count) re-driven to \(configuration.topic)")
+                for (from, code, to) in summary.redriven { print("re-drove \(from.description) (\(code)) → \(to.description)") }
+                print("\(summary.redriven.count) re-driven to \(configuration.topic)")
             }
         }
     }
+}
+
+/// What one `dlq redrive` did.
+struct RedriveSummary: Sendable {
+    /// The advisory lock that keeps re-drives one at a time ("redr" in ASCII).
+    static let lockKey: Int64 = 0x7265_6472
+    var matched = 0
+    var alreadyRedriven = 0
+    var wouldRedrive: [(RecordPosition, String)] = []
+    var redriven: [(RecordPosition, String, RecordPosition)] = []
 }

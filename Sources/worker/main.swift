@@ -27,4 +27,10 @@ logger.info("worker starting", metadata: [
 ])
 let group = ServiceGroup(
     configuration: .init(services: services.services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-try await group.run()
+do {
+    try await group.run()
+} catch {
+    // A fatal consumer error (or another service's failure): exit non-zero so the orchestrator replaces us.
+    logger.critical("worker stopped: \(error)")
+    exit(1)
+}

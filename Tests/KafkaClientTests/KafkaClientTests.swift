@@ -346,6 +346,31 @@ struct KafkaMockClusterTests {
         await producer.close()
     }
 
+    @Test("a quiet consumer learns that its broker is back from a metadata probe, with nothing produced")
+    func reachabilityAfterBrokerRestart() async throws {
+        let host = try testProducer(bootstrap: "unused:9092", additional: Self.mock, logger: quietTestLogger)
+        _ = try await host.sendAndAwait(KafkaProducerMessage(topic: "quiet", value: [1]))
+        let bootstrap = try #require(host.mockBootstrapServers)
+        let consumer = try KafkaConsumer(configuration: Self.mockConsumerConfiguration(bootstrap: bootstrap, group: TestServices.uniqueName("group")), topics: ["quiet"], logger: quietTestLogger)
+        _ = try await consume(consumer, timeout: .seconds(20)) { $0.count >= 1 }
+        #expect(host.setMockBroker(1, up: false))
+        let downSince = ContinuousClock.now
+        while consumer.isBrokerReachable, ContinuousClock.now - downSince < .seconds(30) {
+            _ = try await consumer.pollBatch(maximum: 1, timeoutMilliseconds: 200)  // serves the error callback
+        }
+        #expect(!consumer.isBrokerReachable, "the broker going away was noticed")
+        #expect(await consumer.checkBrokerReachable(timeoutMilliseconds: 500) == false)
+        #expect(host.setMockBroker(1, up: true))
+        var reachable = false
+        let upSince = ContinuousClock.now
+        while !reachable, ContinuousClock.now - upSince < .seconds(30) {
+            reachable = await consumer.checkBrokerReachable(timeoutMilliseconds: 1_000)
+        }
+        #expect(reachable && consumer.isBrokerReachable, "reachable again without a single record fetched")
+        await consumer.close()
+        await host.close()
+    }
+
     @Test("offsets for a timestamp: the broker's time index where it has one, the scan where it does not")
     func offsetsForTimes() async throws {
         let producer = try testProducer(bootstrap: "unused:9092", additional: Self.mock)
