@@ -27,6 +27,7 @@ public func buildIngestApplication(
     producer: KafkaProducer,
     registry: PrometheusCollectorRegistry,
     logger: Logger,
+    drain: ShutdownDrain? = nil,
     onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) -> some ApplicationProtocol {
     let router = Router()
@@ -49,7 +50,8 @@ public func buildIngestApplication(
         await producer.checkBrokerReachable(timeoutMilliseconds: 1_000)
     }
     OperationsRoutes.add(to: router, registry: registry) {
-        await readiness.value() ? nil : "no Kafka broker answered"
+        if drain?.isDraining == true { return "shutting down (draining before the server stops)" }
+        return await readiness.value() ? nil : "no Kafka broker answered"
     }
     let limits = IngestConnectionGuard.Limits(
         idleTimeout: .milliseconds(Int64(configuration.idleTimeoutMilliseconds)), requestTimeout: .milliseconds(Int64(configuration.requestTimeoutMilliseconds)),

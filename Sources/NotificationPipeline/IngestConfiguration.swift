@@ -31,6 +31,9 @@ public struct IngestConfiguration: Sendable {
     /// `INGEST_READINESS_CACHE_MS`: how long a broker reachability probe answers `/health/ready` (a probe or a
     /// flood of them then costs the brokers one metadata request per this period, not one per request).
     public var readinessCacheMilliseconds = 2_000
+    /// `INGEST_SHUTDOWN_DRAIN_MS`: on SIGTERM, how long readiness fails while the server still serves (keep it,
+    /// plus the produce timeout, below the orchestrator's grace period).
+    public var shutdownDrainMilliseconds = 5_000
     /// `INGEST_INSTANCE_ID`: this instance's name in the `ingest-instance` header (default: host name).
     public var instanceId = ProcessInfo.processInfo.hostName
     /// Kafka connection settings (`KAFKA_*`).
@@ -44,7 +47,7 @@ public struct IngestConfiguration: Sendable {
     public static let environmentKeys = [
         "INGEST_HOST", "INGEST_PORT", "INGEST_PATH", "INGEST_ENVIRONMENT_PATHS", "INGEST_MAX_BODY_BYTES", "NOTIFICATIONS_TOPIC",
         "INGEST_PRODUCE_TIMEOUT_MS", "INGEST_RETRY_AFTER_SECONDS", "INGEST_INSTANCE_ID", "INGEST_IDLE_TIMEOUT_MS",
-        "INGEST_REQUEST_TIMEOUT_MS", "INGEST_MAX_CONNECTIONS", "INGEST_READINESS_CACHE_MS", "LOG_LEVEL",
+        "INGEST_REQUEST_TIMEOUT_MS", "INGEST_MAX_CONNECTIONS", "INGEST_READINESS_CACHE_MS", "INGEST_SHUTDOWN_DRAIN_MS", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
@@ -71,6 +74,7 @@ public struct IngestConfiguration: Sendable {
         configuration.idleTimeoutMilliseconds = try environment.int("INGEST_IDLE_TIMEOUT_MS", default: configuration.idleTimeoutMilliseconds, range: 100...3_600_000)
         configuration.requestTimeoutMilliseconds = try environment.int("INGEST_REQUEST_TIMEOUT_MS", default: configuration.requestTimeoutMilliseconds, range: 100...600_000)
         configuration.maximumConnections = try environment.int("INGEST_MAX_CONNECTIONS", default: configuration.maximumConnections, range: 1...1_000_000)
+        configuration.shutdownDrainMilliseconds = try environment.int("INGEST_SHUTDOWN_DRAIN_MS", default: configuration.shutdownDrainMilliseconds, range: 0...120_000)
         configuration.readinessCacheMilliseconds = try environment.int("INGEST_READINESS_CACHE_MS", default: configuration.readinessCacheMilliseconds, range: 0...60_000)
         return configuration
     }

@@ -9,7 +9,7 @@ struct ReplayCommand: AsyncParsableCommand {
         commandName: "replay",
         abstract: "Move a consumer group's committed offsets, so the workers reprocess (or skip) records.",
         discussion: """
-            --to earliest | latest | offset:P=O[,P=O...] | time:2026-11-20T10:00:00Z
+            --to earliest | latest | offset:P=O[,P=O...] | time:2026-11-20T10:00:00Z (minus --clock-skew-seconds, 300 by default)
             Refused while the group has active members: stop the workers (scale to 0), replay, start them again.
             Replays are harmless: every notification is deduplicated by notificationUUID and state only moves forward
             by signedDate, so reprocessing changes nothing that was already stored.
@@ -19,6 +19,8 @@ struct ReplayCommand: AsyncParsableCommand {
     @Option(help: "The consumer group (default: $WORKER_GROUP_ID or appstore-worker).") var group: String?
     @Option(help: "Where to: earliest, latest, offset:P=O,..., time:ISO-8601.") var to: String
     @Option(help: "Only these partitions (comma-separated numbers).") var partitions: String?
+    @Option(help: "For --to time: start this many seconds earlier, so records stamped by an ingest whose clock ran ahead are not skipped (replaying a little more is harmless).")
+    var clockSkewSeconds: Int = 300
     @Flag(help: "Show the plan without moving anything.") var dryRun = false
     @Flag(help: "Print JSON.") var json = false
 
@@ -38,7 +40,10 @@ struct ReplayCommand: AsyncParsableCommand {
             guard !offsets.isEmpty else { throw ValidationError("offset: needs at least one partition=offset") }
             return .offsets(offsets)
         case let value where value.hasPrefix("time:"):
-            return .timestamp(try parseISO8601(String(value.dropFirst("time:".count))), lookup: .scan)
+            // Record timestamps are ingest's receive times: an ingest clock ahead of the operator's would put a
+            // record received just after T before T's offset. Start a margin earlier; duplicates are harmless.
+            let time = try parseISO8601(String(value.dropFirst("time:".count)))
+            return .timestamp(time - Int64(max(0, clockSkewSeconds)) * 1_000, lookup: .scan)
         default:
             throw ValidationError("--to must be earliest, latest, offset:P=O,... or time:ISO-8601")
         }

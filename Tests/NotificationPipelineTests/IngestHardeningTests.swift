@@ -136,6 +136,27 @@ struct IngestHardeningTests {
         try await ingest.stop()
     }
 
+    @Test("SIGTERM: readiness fails first while POSTs are still answered for the drain period, then the server stops")
+    func shutdownDrain() async throws {
+        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        let drain = ShutdownDrain(period: .seconds(2))
+        let ingest = try await RunningIngest.start(bootstrap: bootstrap, drain: drain)
+        let connection = HTTPTestConnection(port: ingest.port)
+        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+        await ingest.beginShutdown()
+        var draining = false
+        for _ in 0..<50 where !draining {
+            draining = drain.isDraining
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(draining)
+        #expect(try await HTTPTestConnection(port: ingest.port).send(method: "GET", path: "/health/ready").status == 503, "not ready while draining")
+        let body = Array(#"{"signedPayload":"eyJh.eyJi.c2ln"}"#.utf8)
+        #expect(try await HTTPTestConnection(port: ingest.port).send(path: "/v2/notifications", headers: ["Content-Type": "application/json"], body: body).status == 200,
+            "a POST during the drain is still stored and answered")
+        try await ingest.stop()
+    }
+
     @Test("readiness probes reuse one broker probe while it is fresh")
     func readinessCache() async throws {
         let calls = Counter()

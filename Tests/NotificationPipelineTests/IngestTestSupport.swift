@@ -22,7 +22,9 @@ final class RunningIngest: @unchecked Sendable {
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
-    static func start(bootstrap: String, topic: String = TestServices.uniqueName("notifications"), configure: (inout IngestConfiguration) -> Void = { _ in }) async throws -> RunningIngest {
+    static func start(
+        bootstrap: String, topic: String = TestServices.uniqueName("notifications"), drain: ShutdownDrain? = nil, configure: (inout IngestConfiguration) -> Void = { _ in }
+    ) async throws -> RunningIngest {
         var configuration = IngestConfiguration(
             kafka: KafkaClientConfigurationValues(bootstrapServers: [bootstrap], clientId: "ingest-test", statisticsIntervalMilliseconds: 0, additionalConfig: [:]))
         configuration.host = "127.0.0.1"
@@ -33,9 +35,10 @@ final class RunningIngest: @unchecked Sendable {
         let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: ingestTestLogger)
         let (ports, portContinuation) = AsyncStream<Int>.makeStream()
         let application = buildIngestApplication(
-            configuration: configuration, producer: producer, registry: PrometheusCollectorRegistry(), logger: ingestTestLogger,
+            configuration: configuration, producer: producer, registry: PrometheusCollectorRegistry(), logger: ingestTestLogger, drain: drain,
             onServerRunning: { port in portContinuation.yield(port) })
-        let group = ServiceGroup(configuration: .init(services: [application], logger: ingestTestLogger))
+        let services: [any Service] = drain.map { [application, $0] } ?? [application]
+        let group = ServiceGroup(configuration: .init(services: services, logger: ingestTestLogger))
         let task = Task { try await group.run() }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else { throw HTTPTestConnection.Failure(description: "ingest did not start") }
@@ -54,6 +57,11 @@ final class RunningIngest: @unchecked Sendable {
     func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
+    }
+
+    /// Starts a graceful shutdown without waiting for it.
+    func beginShutdown() async {
+        await group.triggerGracefulShutdown()
     }
 }
 
