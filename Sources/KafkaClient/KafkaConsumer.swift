@@ -21,6 +21,9 @@ public final class KafkaConsumer: Service, Sendable {
     /// Partitions assigned to and revoked from this member, in order.
     public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
     private let closed = Atomic<Bool>(false)
+    /// Calls that use the handle off the serial queue (offset stores, watermark reads) pass through it; `close()`
+    /// waits for those inside before the handle is destroyed.
+    private let gate = HandleGate()
     /// When each error code was last logged (consumer errors are logged at most once per code every 10 s).
     private let errorLogTimes = Mutex<[Int32: ContinuousClock.Instant]>([:])
     /// Set on the blocking queue right before the group is left: commits queued after that are refused.
@@ -144,7 +147,8 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Marks the given next offsets to commit, per partition.
     public func storeOffsets(_ offsets: [KafkaTopicPartition: Int64]) throws(KafkaError) {
-        guard !closed.load(ordering: .acquiring) else { throw Self.closedError }
+        guard !closed.load(ordering: .acquiring), gate.enter() else { throw Self.closedError }
+        defer { gate.leave() }
         let list = Array(offsets.keys).makeList(offsets: offsets)
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let error = rd_kafka_offsets_store(client.handle.pointer, list)
@@ -256,7 +260,8 @@ public final class KafkaConsumer: Service, Sendable {
     /// The partition's end offset as last reported by fetch responses (librdkafka's cache: no broker round
     /// trip, so it can be read after every batch). Nil before the first fetch from the partition.
     public func cachedHighWatermark(_ partition: KafkaTopicPartition) -> Int64? {
-        guard !closed.load(ordering: .acquiring) else { return nil }
+        guard !closed.load(ordering: .acquiring), gate.enter() else { return nil }
+        defer { gate.leave() }
         var low: Int64 = -1
         var high: Int64 = -1
         let error = rd_kafka_get_watermark_offsets(client.handle.pointer, partition.topic, partition.partition, &low, &high)
@@ -287,6 +292,7 @@ public final class KafkaConsumer: Service, Sendable {
         }
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { context.logger.warning("leaving the group failed: \(KafkaError(error))") }
         context.events.finish()
+        await gate.close()  // no offset store or watermark read is inside the handle from here on
         await client.destroy()
     }
 

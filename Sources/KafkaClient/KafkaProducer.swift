@@ -23,6 +23,8 @@ public final class KafkaProducer: Service, Sendable {
     public let deliveryReports: AsyncStream<Result<KafkaDeliveryReport, KafkaError>>
     /// Set when `close()` begins: later sends fail instead of touching a destroyed handle.
     private let closed = Atomic<Bool>(false)
+    /// Sends pass through it; `close()` waits for those inside before destroying any handle.
+    private let gate = HandleGate()
     /// How many librdkafka instances were replaced after a fatal error (also `kafka_producer_replacements_total`).
     private let replacementCount = Atomic<Int>(0)
 
@@ -153,6 +155,7 @@ public final class KafkaProducer: Service, Sendable {
         } catch {
             logger.warning("producer closed with records still in flight: \(error)")
         }
+        await gate.close()  // no send is inside a handle from here on
         let all = generations.withLock { [$0.current] + $0.retired }
         for generation in all { await Self.destroy(generation) }
         reports.finish()
@@ -209,9 +212,10 @@ public final class KafkaProducer: Service, Sendable {
     }
 
     private func produce(_ message: KafkaProducerMessage, opaque: UnsafeMutableRawPointer?) -> KafkaError? {
-        guard !closed.load(ordering: .acquiring) else {
+        guard !closed.load(ordering: .acquiring), gate.enter() else {
             return KafkaError(RD_KAFKA_RESP_ERR__DESTROY, message: "the producer is closed (the process is shutting down)")
         }
+        defer { gate.leave() }
         var generation = generations.withLock { $0.current }
         do {
             if generation.isUnusable { generation = try replace(generation) }
