@@ -52,6 +52,9 @@ public enum RedriveHeader {
 /// for deduplication), never the topic's payloads.
 public struct DeadLetterScan: Sendable {
     public let since: Int64?
+    /// Dead letters written at or after this time are not taken: a re-drive that streams the topic would
+    /// otherwise meet the dead letters its own re-driven records produce, and re-drive them again, forever.
+    public let until: Int64?
     public let errorCode: String?
     public let keepNewest: Int
     public private(set) var matched = 0
@@ -61,8 +64,9 @@ public struct DeadLetterScan: Sendable {
     public private(set) var newest: [DeadLetter] = []
     private var originals: Set<RecordPosition> = []
 
-    public init(since: Int64?, errorCode: String?, keepNewest: Int) {
+    public init(since: Int64?, until: Int64? = nil, errorCode: String?, keepNewest: Int) {
         self.since = since
+        self.until = until
         self.errorCode = errorCode
         self.keepNewest = keepNewest
     }
@@ -70,7 +74,8 @@ public struct DeadLetterScan: Sendable {
     /// The dead letter in `record` when it matches the filters and is the first for its original record.
     public mutating func take(_ record: KafkaConsumerMessage) -> DeadLetter? {
         let letter = DeadLetter(record)
-        guard since.map({ letter.time >= $0 }) ?? true, errorCode.map({ letter.errorCode == $0 }) ?? true else { return nil }
+        guard since.map({ letter.time >= $0 }) ?? true, until.map({ letter.time < $0 }) ?? true, errorCode.map({ letter.errorCode == $0 }) ?? true
+        else { return nil }
         if let original = letter.original, !originals.insert(original).inserted {
             duplicates += 1
             return nil

@@ -101,7 +101,9 @@ struct DeadLetterCommand: AsyncParsableCommand {
                 return try await store.withAdvisoryLock(RedriveSummary.lockKey, name: "dlq redrive") {
                     let alreadyDone = try await store.redrivenDeadLetters(topic: deadLetterTopic)
                     var summary = RedriveSummary()
-                    var scan = DeadLetterScan(since: since, errorCode: errorCode, keepNewest: 0)
+                    // Only what was dead-lettered before this run: the records it re-drives may fail again and be
+                    // dead-lettered while the topic is still being read.
+                    var scan = DeadLetterScan(since: since, until: Int64(Date().timeIntervalSince1970 * 1000), errorCode: errorCode, keepNewest: 0)
                     var producer: KafkaProducer?
                     if !dryRun {
                         var producerConfiguration = KafkaProducerConfiguration(client: client)
