@@ -146,84 +146,84 @@ public struct EntitlementStore: Sendable {
     }
 
     func write(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> BatchOutcome {
-            try await applyTimeouts(on: connection)
-            var outcome = BatchOutcome()
-            if !deadLettered.isEmpty {
-                let ordered = deadLettered.sorted { $0.position < $1.position }
-                try await connection.query(
-                    """
-                    INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
-                    SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
-                        \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
-                    ON CONFLICT DO NOTHING
-                    """,
-                    logger: logger)
-            }
-            guard !batch.isEmpty else { return outcome }
-            // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
-            //    waits here for our commit, so a notification is applied by exactly one transaction.
-            //    Keys go in sorted (byte) order, the same in every worker, so two batches that overlap during a
-            //    partition handoff wait on each other instead of deadlocking.
-            let keys = Set(batch.map(\.deduplicationKey)).sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-            var fresh: Set<String> = []
-            let inserted = try await connection.query(
+        try await applyTimeouts(on: connection)
+        var outcome = BatchOutcome()
+        if !deadLettered.isEmpty {
+            let ordered = deadLettered.sorted { $0.position < $1.position }
+            try await connection.query(
                 """
-                INSERT INTO notification_ledger (notification_uuid)
-                SELECT k FROM unnest(\(keys)::text[]) WITH ORDINALITY AS u(k, position) ORDER BY position
-                ON CONFLICT DO NOTHING RETURNING notification_uuid
+                INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
+                SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
+                    \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
+                ON CONFLICT DO NOTHING
                 """,
                 logger: logger)
-            for try await key in inserted.decode(String.self) { fresh.insert(key) }
-            // A key is applied once: its first occurrence if it is new, never again.
-            var firstSeen: [StoredNotification] = []
-            for record in batch {
-                if fresh.remove(record.deduplicationKey) != nil { firstSeen.append(record) } else { outcome.duplicates += 1 }
-            }
-            outcome.applied = firstSeen.count
-            guard !firstSeen.isEmpty else { return outcome }
+        }
+        guard !batch.isEmpty else { return outcome }
+        // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
+        //    waits here for our commit, so a notification is applied by exactly one transaction.
+        //    Keys go in sorted (byte) order, the same in every worker, so two batches that overlap during a
+        //    partition handoff wait on each other instead of deadlocking.
+        let keys = Set(batch.map(\.deduplicationKey)).sorted(by: String.precedesInByteOrder)
+        var fresh: Set<String> = []
+        let inserted = try await connection.query(
+            """
+            INSERT INTO notification_ledger (notification_uuid)
+            SELECT k FROM unnest(\(keys)::text[]) WITH ORDINALITY AS u(k, position) ORDER BY position
+            ON CONFLICT DO NOTHING RETURNING notification_uuid
+            """,
+            logger: logger)
+        for try await key in inserted.decode(String.self) { fresh.insert(key) }
+        // A key is applied once: its first occurrence if it is new, never again.
+        var firstSeen: [StoredNotification] = []
+        for record in batch {
+            if fresh.remove(record.deduplicationKey) != nil { firstSeen.append(record) } else { outcome.duplicates += 1 }
+        }
+        outcome.applied = firstSeen.count
+        guard !firstSeen.isEmpty else { return outcome }
 
-            // 2. Archive and transactions.
-            try await connection.query(
-                Self.archiveStatement(
-                    rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized, signedPayloads: firstSeen.map(\.signedPayload),
-                    payloads: firstSeen.map { JSONValue.object($0.verified.json).serialized }),
-                logger: logger)
-            let transactions = Self.newestTransactions(firstSeen).sorted { ($0.0.model.transactionId ?? "").utf8.lexicographicallyPrecedes(($1.0.model.transactionId ?? "").utf8) }
-            if !transactions.isEmpty {
-                try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
-            }
+        // 2. Archive and transactions.
+        try await connection.query(
+            Self.archiveStatement(
+                rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized, signedPayloads: firstSeen.map(\.signedPayload),
+                payloads: firstSeen.map { JSONValue.object($0.verified.json).serialized }),
+            logger: logger)
+        let transactions = Self.newestTransactions(firstSeen).sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
+        if !transactions.isEmpty {
+            try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
+        }
 
-            // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
-            var current = try await lockedEntitlements(Set(firstSeen.flatMap(\.entitlementKeys)), on: connection)
-            var changed: [EntitlementKey] = []  // in first-change order
-            var changedSet: Set<EntitlementKey> = []
-            for record in firstSeen {
-                guard let key = record.entitlementKey else { continue }
-                switch EntitlementTransition.apply(record.verified, to: current[key]) {
-                case .updated(let state):
-                    if changedSet.insert(key).inserted { changed.append(key) }
-                    current[key] = state
-                    outcome.entitlementsUpdated += 1
-                    // A switch to or from a bundle: the previous subscription's row stops granting access.
-                    if let previous = state.previousOriginalTransactionId, previous != key.originalTransactionId {
-                        let previousKey = EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)
-                        if let superseded = EntitlementTransition.supersede(current[previousKey], originalTransactionId: previous, by: state) {
-                            if changedSet.insert(previousKey).inserted { changed.append(previousKey) }
-                            current[previousKey] = superseded
-                        }
+        // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
+        var current = try await lockedEntitlements(Set(firstSeen.flatMap(\.entitlementKeys)), on: connection)
+        var changed: [EntitlementKey] = []  // in first-change order
+        var changedSet: Set<EntitlementKey> = []
+        for record in firstSeen {
+            guard let key = record.entitlementKey else { continue }
+            switch EntitlementTransition.apply(record.verified, to: current[key]) {
+            case .updated(let state):
+                if changedSet.insert(key).inserted { changed.append(key) }
+                current[key] = state
+                outcome.entitlementsUpdated += 1
+                // A switch to or from a bundle: the previous subscription's row stops granting access.
+                if let previous = state.previousOriginalTransactionId, previous != key.originalTransactionId {
+                    let previousKey = EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)
+                    if let superseded = EntitlementTransition.supersede(current[previousKey], originalTransactionId: previous, by: state) {
+                        if changedSet.insert(previousKey).inserted { changed.append(previousKey) }
+                        current[previousKey] = superseded
                     }
-                case .stale:
-                    outcome.stale += 1
-                case .notApplicable:
-                    break
                 }
+            case .stale:
+                outcome.stale += 1
+            case .notApplicable:
+                break
             }
-            // Written in key order, the order the rows were locked in (no deadlock between two workers' inserts).
-            let rows = try changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try current[key].map(Self.entitlementRow) }
-            if !rows.isEmpty {
-                try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
-            }
-            return outcome
+        }
+        // Written in key order, the order the rows were locked in (no deadlock between two workers' inserts).
+        let rows = try changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try current[key].map(Self.entitlementRow) }
+        if !rows.isEmpty {
+            try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
+        }
+        return outcome
     }
 
     struct EntitlementKey: Hashable {
@@ -234,7 +234,7 @@ public struct EntitlementStore: Sendable {
         /// Byte order, as PostgreSQL's `COLLATE "C"` sorts: every worker locks and inserts rows in this order.
         static func lockOrder(_ a: EntitlementKey, _ b: EntitlementKey) -> Bool {
             for (x, y) in [(a.environment, b.environment), (a.bundleId, b.bundleId), (a.originalTransactionId, b.originalTransactionId)] where x != y {
-                return x.utf8.lexicographicallyPrecedes(y.utf8)
+                return String.precedesInByteOrder(x, y)
             }
             return false
         }
@@ -478,5 +478,12 @@ extension StoredNotification {
         guard let key = entitlementKey else { return [] }
         guard let previous = verified.transactionInfo?.model.previousOriginalTransactionId, previous != key.originalTransactionId else { return [key] }
         return [key, EntitlementStore.EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)]
+    }
+}
+
+extension String {
+    /// Byte order, as PostgreSQL's `COLLATE "C"` sorts: the one order every worker locks and inserts rows in.
+    static func precedesInByteOrder(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 }

@@ -67,6 +67,13 @@ public func buildIngestApplication(
         logger: logger)
 }
 
+/// The JSON shape of every refusal ingest and the ops routes write: `{"error": code, "reason": text}`.
+enum RefusalBody {
+    static func json(code: String, reason: String) -> String {
+        JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
+    }
+}
+
 /// The one request ingest cares about.
 struct NotificationIngestHandler: Sendable {
     let configuration: IngestConfiguration
@@ -144,7 +151,7 @@ struct NotificationIngestHandler: Sendable {
         var headers = extraHeaders
         headers[.contentType] = "application/json"
         if let requestId { headers[HTTPField.Name("X-Request-Id")!] = requestId }
-        let body = JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
+        let body = RefusalBody.json(code: code, reason: reason)
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 

@@ -155,7 +155,9 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
             return (.badRequest, "invalidContentLength", "conflicting Content-Length headers")
         }
         if let length = lengths.first.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }), length > maximumBodyBytes {
-            return (.badRequest, "bodyTooLarge", "the body is \(length) bytes, over the \(maximumBodyBytes)-byte limit")
+            // The same refusal the handler gives a body found too large while reading it, given before reading.
+            let error = RequestBodyError.bodyTooLarge(size: length, limit: maximumBodyBytes)
+            return (.badRequest, error.code, error.reason)
         }
         let expectations = head.headers["expect"]
         if !expectations.isEmpty, expectations.contains(where: { $0.lowercased() != "100-continue" }) || !Self.isHTTP11OrLater(head.version) {
@@ -222,7 +224,7 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
             context.close(promise: nil)
             return
         }
-        let body = JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
+        let body = RefusalBody.json(code: code, reason: reason)
         var headers = HTTPHeaders()
         headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: String(body.utf8.count))

@@ -16,7 +16,7 @@ public enum OperationsRoutes {
         router.get(RouterPath(live)) { _, _ in HTTPResponse.Status.ok }
         router.get(RouterPath(ready)) { _, _ -> Response in
             guard let reason = await notReadyReason() else { return Response(status: .ok) }
-            let body = JSONObject(["error": .string("notReady"), "reason": .string(reason)]).serialized
+            let body = RefusalBody.json(code: "notReady", reason: reason)
             return Response(status: .serviceUnavailable, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
         }
         router.get(RouterPath(metrics)) { _, _ -> Response in
