@@ -27,6 +27,8 @@ let package = Package(
         // Already in the graph through Hummingbird: named here because ingest's connection guard is a NIO handler.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.34.1"),
+        // The App Store Server API client's HTTP.
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -62,11 +64,24 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
+        .target(
+            name: "AppStoreServerAPI",
+            dependencies: [
+                "AppStoreNotifications",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // MARK: - Composition: configuration, the ingest application, the worker service
         .target(
             name: "NotificationPipeline",
             dependencies: [
                 "AppStoreNotifications",
+                "AppStoreServerAPI",
                 "EntitlementStore",
                 "KafkaClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -87,6 +102,9 @@ let package = Package(
             name: "TestSupport",
             dependencies: [
                 "AppStoreNotifications",
+                "AppStoreServerAPI",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -108,6 +126,10 @@ let package = Package(
         .executableTarget(
             name: "worker",
             dependencies: ["NotificationPipeline"]
+        ),
+        .executableTarget(
+            name: "fake-appstore-api",
+            dependencies: ["AppStoreNotifications", "TestSupport", .product(name: "Hummingbird", package: "hummingbird")]
         ),
         .executableTarget(
             name: "demo-notifications",
@@ -136,7 +158,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

@@ -12,14 +12,20 @@ public struct StoredNotification: Sendable {
     public var kafkaPartition: Int32?
     public var kafkaOffset: Int64?
     public var receivedAt: Timestamp?
+    /// Where it came from: `ingest` (POSTed by Apple) or `history` (fetched by a backfill); the record's `source` header.
+    public var source: String?
 
-    public init(verified: VerifiedNotification, signedPayload: String, kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil, receivedAt: Timestamp? = nil) {
+    public init(
+        verified: VerifiedNotification, signedPayload: String, kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil,
+        receivedAt: Timestamp? = nil, source: String? = nil
+    ) {
         self.verified = verified
         self.signedPayload = signedPayload
         self.kafkaTopic = kafkaTopic
         self.kafkaPartition = kafkaPartition
         self.kafkaOffset = kafkaOffset
         self.receivedAt = receivedAt
+        self.source = source
     }
 
     /// The dedupe key: Apple's notificationUUID (resent unchanged on retries).
@@ -299,6 +305,7 @@ public struct EntitlementStore: Sendable {
             "kafka_partition": integer(record.kafkaPartition),
             "kafka_offset": integer(record.kafkaOffset),
             "received_at": millis(record.receivedAt),
+            "source": text(record.source),
         ]))
     }
 
@@ -309,18 +316,18 @@ public struct EntitlementStore: Sendable {
     static func archiveStatement(rows: String, signedPayloads: [String], payloads: [String]) -> PostgresQuery {
         """
         INSERT INTO notifications (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
-            original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at)
+            original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source)
         SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
             r.original_transaction_id, r.signed_payload, r.payload::jsonb, r.kafka_topic, r.kafka_partition, r.kafka_offset,
-            to_timestamp(r.received_at / 1000.0)
+            to_timestamp(r.received_at / 1000.0), r.source
         FROM ROWS FROM (
             jsonb_to_recordset(\(rows)::jsonb) AS (notification_uuid text, notification_type text, subtype text, signed_date bigint,
                 environment text, bundle_id text, original_transaction_id text, kafka_topic text, kafka_partition integer,
-                kafka_offset bigint, received_at bigint),
+                kafka_offset bigint, received_at bigint, source text),
             unnest(\(signedPayloads)::text[]),
             unnest(\(payloads)::text[])
         ) AS r(notification_uuid, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
-            kafka_topic, kafka_partition, kafka_offset, received_at, signed_payload, payload)
+            kafka_topic, kafka_partition, kafka_offset, received_at, source, signed_payload, payload)
         ON CONFLICT (notification_uuid) DO NOTHING
         """
     }

@@ -192,5 +192,34 @@ public enum Migrations {
             )
             """,
         ]),
+        // The pull side: a notification-history backfill's checkpoint, and where each archived notification came
+        // from (`ingest`, or `history` for what a backfill fetched from Apple).
+        Migration(version: 6, name: "backfill checkpoints; notification source", sql: [
+            """
+            CREATE TABLE backfill_runs (
+                id bigserial PRIMARY KEY,
+                arguments_key text NOT NULL,
+                arguments jsonb NOT NULL,
+                bundle_id text NOT NULL,
+                environment text NOT NULL,
+                start_date timestamptz NOT NULL,
+                end_date timestamptz NOT NULL,
+                pagination_token text,
+                pages integer NOT NULL DEFAULT 0,
+                fetched integer NOT NULL DEFAULT 0,
+                produced integer NOT NULL DEFAULT 0,
+                already_stored integer NOT NULL DEFAULT 0,
+                new_notifications integer NOT NULL DEFAULT 0,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                completed_at timestamptz,
+                outcome text,
+                last_error text
+            )
+            """,
+            // At most one unfinished run per set of arguments: rerunning the same command resumes it.
+            "CREATE UNIQUE INDEX backfill_runs_unfinished ON backfill_runs (arguments_key) WHERE completed_at IS NULL",
+            "ALTER TABLE notifications ADD COLUMN source text",
+        ]),
     ]
 }

@@ -17,6 +17,16 @@ public enum NotificationRecordHeader {
     public static let requestId = "request-id"
     /// The environment of the path it was POSTed to, when that path has one. Informational only.
     public static let environmentHint = "environment-hint"
+    /// Where the record came from: absent for ingest's own, `history` for a backfill's (Get Notification History).
+    public static let source = "source"
+    /// A backfill's record: the result of Apple's last attempt to POST it (e.g. `TIMED_OUT`), as Apple wrote it.
+    public static let sendAttemptResult = "send-attempt-result"
+
+    /// The archive's `source`: the header, bounded (it is only informational), or `ingest`.
+    static func source(of headers: [KafkaHeader]) -> String {
+        guard let value = headers.string(source), !value.isEmpty else { return "ingest" }
+        return String(UntrustedText.escaped(value, limit: 32))
+    }
 }
 
 /// Builds the ingest HTTP application: Apple's POST → shape check → Kafka (acks=all) → 200 only once the broker

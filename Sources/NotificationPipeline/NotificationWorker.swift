@@ -165,7 +165,8 @@ public final class NotificationWorker: Service, Sendable {
                     StoredNotification(
                         verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
                         kafkaPartition: message.partition, kafkaOffset: message.offset,
-                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))))
+                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
+                        source: NotificationRecordHeader.source(of: message.headers)))
             case .failure(let error):
                 let record = DeadLetteredRecord(position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code)
                 deadLettered.append(record)

@@ -1,0 +1,354 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Synchronization
+
+/// Our stand-in for Apple's App Store Server API, for tests and the demo: it checks every JWT as Apple does,
+/// "sends" minted notifications to an ingest URL as Apple would (recording each send attempt), serves Get
+/// Notification History in pages of 20 over what it sent, and answers the test-notification endpoints. It can be
+/// told to answer 429 with `Retry-After`, 500 with 5000001, any other error, a malformed page, or to drop the
+/// connection, on chosen history requests.
+public final class FakeAppStoreServerAPI: Sendable {
+    public struct Configuration: Sendable {
+        public var keyId: String
+        public var issuerId: String
+        /// The public half of the `.p8` key the client signs with.
+        public var publicKey: P256.Signing.PublicKey
+        public var bundleId: String
+        public var environment: AppStoreNotifications.Environment
+        /// Where "Apple" POSTs notifications (ingest's notification path).
+        public var ingestURL: String?
+        /// Signs the TEST notifications.
+        public var minter: NotificationMinter
+        public var pageSize = 20
+        /// Get Test Notification Status answers 4040008 this many times before the status.
+        public var testStatusNotReadyPolls = 2
+
+        public init(keyId: String, issuerId: String, publicKey: P256.Signing.PublicKey, bundleId: String, environment: AppStoreNotifications.Environment, ingestURL: String?, minter: NotificationMinter) {
+            self.keyId = keyId
+            self.issuerId = issuerId
+            self.publicKey = publicKey
+            self.bundleId = bundleId
+            self.environment = environment
+            self.ingestURL = ingestURL
+            self.minter = minter
+        }
+    }
+
+    /// What the fake answers instead of a page, on a chosen history request.
+    public enum Fault: Sendable {
+        /// 429 with errorCode 4290000 and `Retry-After` this many milliseconds from now (a UNIX time in ms).
+        case rateLimit(retryAfterMilliseconds: Int64)
+        /// An error status with Apple's body `{errorCode, errorMessage}`.
+        case apiError(status: Int, errorCode: Int64, errorMessage: String)
+        /// 200 with this body (not Apple's shape).
+        case malformedBody(String)
+        /// The connection is closed after the response head, before any byte of the body.
+        case drop
+    }
+
+    /// A notification "Apple" sent, with its attempts.
+    public struct SentNotification: Sendable {
+        public var signedPayload: String
+        public var notificationType: String?
+        public var subtype: String?
+        public var transactionIds: Set<String>
+        public var sendAttempts: [SendAttemptItem]
+    }
+
+    /// One request the fake saw.
+    public struct LoggedRequest: Sendable {
+        public var method: String
+        public var path: String
+        public var paginationToken: String?
+        public var status: Int
+        public var at: Date
+        /// Why a JWT was refused (401), in the fake's words.
+        public var refusal: String?
+    }
+
+    struct State {
+        var configuration: Configuration
+        var sent: [SentNotification] = []
+        var historyRequests = 0
+        var faults: [Int: Fault] = [:]
+        var tokens: [String: Int] = [:]
+        var requests: [LoggedRequest] = []
+        var tests: [String: (polls: Int, signedPayload: String?, attempts: [SendAttemptItem])] = [:]
+        /// Extra entries served in history only (e.g. an unknown send-attempt result).
+        var extraHistory: [SentNotification] = []
+    }
+
+    let state: Mutex<State>
+    let httpClient: HTTPClient
+    let logger: Logger
+    let port = Mutex<Int?>(nil)
+    let running = Mutex<(ServiceGroup, Task<Void, any Error>)?>(nil)
+
+    public init(configuration: Configuration, logger: Logger = Logger(label: "fake-appstore-api")) {
+        state = Mutex(State(configuration: configuration))
+        var httpConfiguration = HTTPClient.Configuration()
+        httpConfiguration.timeout = .init(connect: .seconds(2), read: .seconds(10))
+        httpClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
+        self.logger = logger
+    }
+
+    // MARK: - Control (the test's side)
+
+    /// Starts serving on `host:port` (0: a free port) and returns the port.
+    public func start(host: String = "127.0.0.1", port requestedPort: Int = 0) async throws -> Int {
+        let router = Router()
+        router.post("/inApps/v1/notifications/history") { request, _ in try await self.history(request) }
+        router.post("/inApps/v1/notifications/test") { request, _ in try await self.requestTest(request) }
+        router.get("/inApps/v1/notifications/test/:token") { request, context in try await self.testStatus(request, token: context.parameters.get("token") ?? "") }
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = Application(
+            router: router, configuration: .init(address: .hostname(host, port: requestedPort), serverName: "fake-appstore-api"),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? requestedPort) }, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
+        let task = Task { try await group.run() }
+        running.withLock { $0 = (group, task) }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the fake App Store Server API did not start") }
+        self.port.withLock { $0 = port }
+        return port
+    }
+
+    /// The base URL to give the client (`APPSTORE_API_BASE_URL`).
+    public var baseURL: String { "http://127.0.0.1:\(port.withLock { $0 } ?? 0)" }
+
+    public func stop() async {
+        if let (group, task) = running.withLock({ $0 }) {
+            await group.triggerGracefulShutdown()
+            _ = try? await task.value
+        }
+        try? await httpClient.shutdown()
+    }
+
+    /// Sets what to answer on the `n`th history request (1-based, counting every history request).
+    public func setFault(_ fault: Fault?, onHistoryRequest n: Int) {
+        state.withLock { $0.faults[n] = fault }
+    }
+
+    public func setIngestURL(_ url: String?) {
+        state.withLock { $0.configuration.ingestURL = url }
+    }
+
+    public var requests: [LoggedRequest] { state.withLock { $0.requests } }
+    public var sent: [SentNotification] { state.withLock { $0.sent } }
+    public var historyRequestCount: Int { state.withLock { $0.historyRequests } }
+
+    /// Adds a history entry that was never POSTed (e.g. with a send-attempt result Apple may add one day).
+    public func addHistoryOnly(_ signedPayload: String, attempts: [SendAttemptItem]) {
+        let entry = Self.entry(signedPayload, attempts: attempts)
+        state.withLock { $0.extraHistory.append(entry) }
+    }
+
+    /// "Apple sends" `signedPayload`: POSTs it to the ingest URL once and records the attempt as Apple would.
+    @discardableResult
+    public func send(_ signedPayload: String) async -> SendAttemptResult {
+        let url = state.withLock { $0.configuration.ingestURL }
+        let result = await post(signedPayload, to: url)
+        let attempt = SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000), sendAttemptResult: result)
+        let entry = Self.entry(signedPayload, attempts: [attempt])
+        state.withLock { $0.sent.append(entry) }
+        return result
+    }
+
+    static func entry(_ signedPayload: String, attempts: [SendAttemptItem]) -> SentNotification {
+        let payload = UnverifiedPeek.payload(of: signedPayload)
+        var ids: Set<String> = []
+        if let nested = payload?["data"]?.objectValue?["signedTransactionInfo"]?.stringValue, let transaction = UnverifiedPeek.payload(of: nested) {
+            for key in ["transactionId", "originalTransactionId"] { if let id = transaction[key]?.stringValue { ids.insert(id) } }
+        }
+        return SentNotification(
+            signedPayload: signedPayload, notificationType: payload?["notificationType"]?.stringValue, subtype: payload?["subtype"]?.stringValue,
+            transactionIds: ids, sendAttempts: attempts)
+    }
+
+    func post(_ signedPayload: String, to url: String?) async -> SendAttemptResult {
+        guard let url else { return .noResponse }
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(string: NotificationMinter.body(signedPayload)))
+        do {
+            let response = try await httpClient.execute(request, timeout: .seconds(10))
+            _ = try? await response.body.collect(upTo: 1 << 20)
+            return response.status.code == 200 ? .success : .unsuccessfulHTTPResponseCode
+        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+            return .timedOut
+        } catch {
+            return .socketIssue
+        }
+    }
+
+    // MARK: - Apple's side
+
+    /// Checks the bearer token exactly as the issue lists Apple's checks; nil when it passes, else why not.
+    func refusal(_ request: Request) -> String? {
+        let configuration = state.withLock { $0.configuration }
+        guard let authorization = request.headers[.authorization], authorization.hasPrefix("Bearer ") else { return "no bearer token" }
+        let parts = authorization.dropFirst("Bearer ".count).split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3,
+            let headerBytes = Base64.decode(parts[0], alphabet: .url), let header = try? StrictJSONParser().parseObject(headerBytes),
+            let claimBytes = Base64.decode(parts[1], alphabet: .url), let claims = try? StrictJSONParser().parseObject(claimBytes),
+            let signatureBytes = Base64.decode(parts[2], alphabet: .url)
+        else { return "not a JWT" }
+        guard header["alg"]?.stringValue == "ES256" else { return "alg is not ES256" }
+        guard header["typ"]?.stringValue == "JWT" else { return "typ is not JWT" }
+        guard header["kid"]?.stringValue == configuration.keyId else { return "unknown kid" }
+        guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
+            configuration.publicKey.isValidSignature(signature, for: Array((parts[0] + "." + parts[1]).utf8))
+        else { return "bad signature" }
+        guard claims["iss"]?.stringValue == configuration.issuerId else { return "wrong iss" }
+        guard claims["aud"]?.stringValue == AppStoreTokenSigner.audience else { return "wrong aud" }
+        guard claims["bid"]?.stringValue == configuration.bundleId else { return "wrong bid" }
+        guard let iat = claims["iat"]?.int64Value, let exp = claims["exp"]?.int64Value else { return "iat or exp missing" }
+        let now = Int64(Date().timeIntervalSince1970)
+        guard exp - iat <= 3_600 else { return "exp more than 60 minutes after iat" }
+        guard exp > now else { return "expired" }
+        guard iat <= now + 60 else { return "issued in the future" }
+        return nil
+    }
+
+    func log(_ request: Request, status: Int, refusal: String? = nil) {
+        let entry = LoggedRequest(
+            method: request.method.rawValue, path: request.uri.path, paginationToken: request.uri.queryParameters.get("paginationToken").map { String($0) }, status: status, at: Date(),
+            refusal: refusal)
+        state.withLock { $0.requests.append(entry) }
+    }
+
+    static func json(_ status: HTTPResponse.Status, _ object: JSONObject, headers: HTTPFields = [:]) -> Response {
+        var headers = headers
+        headers[.contentType] = "application/json"
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: object.serialized)))
+    }
+
+    static func appleError(_ status: HTTPResponse.Status, _ code: Int64, _ message: String, headers: HTTPFields = [:]) -> Response {
+        json(status, JSONObject(["errorCode": .number(JSONNumber(code)), "errorMessage": .string(message)]), headers: headers)
+    }
+
+    func history(_ request: Request) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        let body = try await request.body.collect(upTo: 1 << 20)
+        guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), let query = try? NotificationHistoryRequest(json: object) else {
+            log(request, status: 400)
+            return Self.appleError(.badRequest, 4_000_000, "Invalid request.")
+        }
+        let token = request.uri.queryParameters.get("paginationToken").map { String($0) }
+        let (fault, answer): (Fault?, Response) = state.withLock { state in
+            state.historyRequests += 1
+            if let fault = state.faults[state.historyRequests] { return (fault, Response(status: .ok)) }
+            var offset = 0
+            if let token {
+                guard let known = state.tokens[token] else { return (nil, Self.appleError(.badRequest, 4_000_014, "Invalid pagination token.")) }
+                offset = known
+            }
+            if query.notificationType != nil, query.transactionId != nil {
+                return (nil, Self.appleError(.badRequest, 4_000_019, "Invalid request. Only one of notificationType or transactionId may be supplied."))
+            }
+            let matching = (state.sent + state.extraHistory).filter { entry in
+                let first = entry.sendAttempts.compactMap(\.attemptDate).min() ?? 0
+                guard first >= query.startDate, first < query.endDate else { return false }
+                if query.onlyFailures == true, entry.sendAttempts.contains(where: { $0.sendAttemptResult == .success }) { return false }
+                if let type = query.notificationType, entry.notificationType != type { return false }
+                if let subtype = query.notificationSubtype, entry.subtype != subtype { return false }
+                if let id = query.transactionId, !entry.transactionIds.contains(id) { return false }
+                return true
+            }
+            let page = Array(matching.dropFirst(offset).prefix(state.configuration.pageSize))
+            let hasMore = offset + page.count < matching.count
+            var response = NotificationHistoryResponse(
+                notificationHistory: page.map { NotificationHistoryResponseItem(signedPayload: $0.signedPayload, sendAttempts: $0.sendAttempts) }, hasMore: hasMore,
+                paginationToken: nil)
+            if hasMore {
+                let next = UUID().uuidString
+                state.tokens[next] = offset + page.count
+                response.paginationToken = next
+            }
+            return (nil, Self.json(.ok, response.json))
+        }
+        switch fault {
+        case nil:
+            log(request, status: Int(answer.status.code))
+            return answer
+        case .rateLimit(let milliseconds)?:
+            log(request, status: 429)
+            let at = Int64(Date().timeIntervalSince1970 * 1000) + milliseconds
+            return Self.appleError(.tooManyRequests, 4_290_000, "Rate limit exceeded.", headers: [HTTPField.Name("Retry-After")!: String(at)])
+        case .apiError(let status, let code, let message)?:
+            log(request, status: status)
+            return Self.appleError(HTTPResponse.Status(code: status), code, message)
+        case .malformedBody(let text)?:
+            log(request, status: 200)
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: text)))
+        case .drop?:
+            log(request, status: 0)
+            return Response(status: .ok, headers: [.contentLength: "4096"], body: ResponseBody { _ in throw FakeAPIError(reason: "dropped on purpose") })
+        }
+    }
+
+    func requestTest(_ request: Request) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        log(request, status: 200)
+        let token = UUID().uuidString.lowercased() + "_" + String(Int64(Date().timeIntervalSince1970 * 1000))
+        let configuration = state.withLock { state in
+            state.tests[token] = (0, nil, [])
+            return state.configuration
+        }
+        let payload = JSONObject([
+            "notificationType": .string("TEST"), "notificationUUID": .string(UUID().uuidString.lowercased()),
+            "data": .object(JSONObject([
+                "appAppleId": .number(JSONNumber(configuration.minter.appAppleId)), "bundleId": .string(configuration.bundleId),
+                "bundleVersion": .string("1"), "environment": .string(configuration.environment.rawValue),
+            ])),
+            "version": .string("2.0"), "signedDate": .number(JSONNumber(Int64(Date().timeIntervalSince1970 * 1000))),
+        ])
+        let signed = configuration.minter.chain.sign(payload)
+        // Apple sends it shortly after answering.
+        Task {
+            let result = await self.post(signed, to: configuration.ingestURL)
+            let attempt = SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000), sendAttemptResult: result)
+            self.state.withLock { $0.tests[token] = ($0.tests[token]?.polls ?? 0, signed, [attempt]) }
+        }
+        return Self.json(.ok, JSONObject(["testNotificationToken": .string(token)]))
+    }
+
+    func testStatus(_ request: Request, token: String) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        let answer: Response = state.withLock { state in
+            guard var test = state.tests[token] else { return Self.appleError(.badRequest, 4_000_020, "Invalid test notification token.") }
+            test.polls += 1
+            state.tests[token] = test
+            guard test.polls > state.configuration.testStatusNotReadyPolls, let signed = test.signedPayload else {
+                return Self.appleError(.notFound, 4_040_008, "Either the test notification token is expired or the notification and status are not yet available.")
+            }
+            return Self.json(.ok, CheckTestNotificationResponse(signedPayload: signed, sendAttempts: test.attempts).json)
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+}
+
+public struct FakeAPIError: Error, CustomStringConvertible {
+    public var reason: String
+    public init(reason: String) { self.reason = reason }
+    public var description: String { reason }
+}
