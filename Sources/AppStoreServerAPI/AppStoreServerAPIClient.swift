@@ -30,6 +30,8 @@ public final class AppStoreServerAPIClient: Sendable {
         var httpConfiguration = HTTPClient.Configuration()
         httpConfiguration.timeout = .init(connect: .seconds(10), read: .seconds(30))
         httpConfiguration.redirectConfiguration = .disallow
+        // A refused connection surfaces at once; our retry policy (backoff, jitter, bounds) decides what happens next.
+        httpConfiguration.connectionPool.retryConnectionEstablishment = false
         self.httpClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
         self.logger = logger
         self.onRetry = onRetry

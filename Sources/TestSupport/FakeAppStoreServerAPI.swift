@@ -96,6 +96,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         state = Mutex(State(configuration: configuration))
         var httpConfiguration = HTTPClient.Configuration()
         httpConfiguration.timeout = .init(connect: .seconds(2), read: .seconds(10))
+        // One attempt is one connection try, as Apple records it (AsyncHTTPClient would retry a refused connect until the timeout).
+        httpConfiguration.connectionPool.retryConnectionEstablishment = false
         httpClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
         self.logger = logger
     }

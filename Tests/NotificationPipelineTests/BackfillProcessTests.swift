@@ -1,0 +1,298 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import Foundation
+import KafkaClient
+import NotificationPipeline
+import PostgresNIO
+import TestSupport
+import Testing
+
+/// One scene of the pull side: a topic pair, a database, a worker, an ingest in this process, "Apple" (the fake
+/// App Store Server API, which POSTs to that ingest) and `pipelinectl` run as an operator runs it, configured
+/// only through the `APPSTORE_*` variables and its options.
+final class BackfillScene: @unchecked Sendable {
+    let fixture: WorkerProcessFixture
+    let apple: FakeAppleFixture
+    let database: String
+    let keyFile: String
+    var ingest: RunningIngest?
+    var workers: [Process] = []
+    let group = TestServices.uniqueName("backfill")
+
+    init(bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true) async throws {
+        fixture = try other.map { try WorkerProcessFixture(bootstrap: bootstrap, sharing: $0) } ?? WorkerProcessFixture(bootstrap: bootstrap)
+        try await fixture.createTopics(partitions: 3)
+        database = try await TestDatabase.create("b" + UUID().uuidString.prefix(8).lowercased(), on: postgresURL)
+        apple = try await FakeAppleFixture(minter: fixture.minter)
+        keyFile = try apple.writeKey(to: fixture.directory)
+        if withWorker {
+            workers.append(try await fixture.startWorker(group: group, postgresURL: database).process)
+        } else {
+            let migrate = try await run(["migrate"])
+            #expect(migrate.status == 0, "pipelinectl migrate: \(migrate.output)")
+        }
+    }
+
+    func startIngest() async throws {
+        let ingest = try await RunningIngest.start(bootstrap: fixture.bootstrap, topic: fixture.topic)
+        self.ingest = ingest
+        apple.fake.setIngestURL("http://127.0.0.1:\(ingest.port)/v2/notifications")
+    }
+
+    func stopIngest() async throws {
+        try await ingest?.stop()
+        ingest = nil
+    }
+
+    var environment: [String: String] {
+        var environment = apple.environment(keyFile: keyFile)
+        environment["KAFKA_BOOTSTRAP_SERVERS"] = fixture.bootstrap
+        environment["POSTGRES_URL"] = database
+        environment["NOTIFICATIONS_TOPIC"] = fixture.topic
+        return environment
+    }
+
+    /// Starts `pipelinectl arguments` with the scene's environment (plus `extra`); stdout and stderr to one file.
+    func start(_ arguments: [String], extra: [String: String] = [:]) throws -> (Process, String) {
+        let outputFile = fixture.directory + "/pipelinectl-\(UUID().uuidString).out"
+        _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
+        let process = Process()
+        process.executableURL = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl")
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(extra) { _, new in new }) { _, new in new }
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        try? output.close()
+        return (process, outputFile)
+    }
+
+    func run(_ arguments: [String], extra: [String: String] = [:], timeout: Duration = .seconds(120)) async throws -> (status: Int32, output: String) {
+        let (process, outputFile) = try start(arguments, extra: extra)
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        if process.isRunning { await ChildProcess.kill(process) }
+        return (process.terminationStatus, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+    }
+
+    /// The JSON summary line of `pipelinectl backfill --json` in `output`.
+    func summary(_ output: String) -> JSONObject? {
+        output.split(separator: "\n").reversed().lazy.compactMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.first
+    }
+
+    func query<T: Sendable>(_ sql: String, as type: T.Type) async throws -> [T] where T: PostgresDecodable {
+        try await TestDatabase.with(database) { client in
+            var values: [T] = []
+            for try await value in try await client.query(PostgresQuery(unsafeSQL: sql), logger: ingestTestLogger).decode(T.self) { values.append(value) }
+            return values
+        }
+    }
+
+    /// The archive, transactions and entitlements, without what differs between runs by design: storage and
+    /// receipt times, Kafka positions and the source.
+    func digest() async throws -> [String] {
+        try await query(
+            """
+            SELECT (SELECT count(*)::int FROM notification_ledger)::text UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at' - 'received_at' - 'kafka_topic' - 'kafka_partition' - 'kafka_offset' - 'source')::text AS x FROM notifications n) s UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at')::text AS x FROM entitlements e) s
+            """, as: String.self)
+    }
+
+    func finish() async {
+        await fixture.stopOneByOne(workers)
+        try? await stopIngest()
+        await apple.fake.stop()
+    }
+}
+
+@Suite(
+    "Backfill and test notifications: real ingest, broker, workers, PostgreSQL; the fake App Store Server API", .serialized,
+    .enabled(if: TestServices.runKafkaSuites && TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingKafka)))
+struct BackfillProcessTests {
+    let bootstrap: String
+    let postgresURL: String
+
+    init() throws {
+        bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+    }
+
+    static let backfillArguments = ["backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--since", "1h", "--json"]
+
+    @Test("an ingest outage: backfill --only-failures makes the database equal an undisturbed run's; a second backfill changes nothing")
+    func outageRecovery() async throws {
+        let reference = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let payloads = NotificationMinter.lifecycleEvents(subscriptions: 24).map(reference.fixture.minter.signedNotification)
+        let third = payloads.count / 3
+
+        // Undisturbed: every send reaches ingest.
+        try await reference.startIngest()
+        for payload in payloads { #expect(await reference.apple.fake.send(payload) == .success) }
+        #expect(try await TestDatabase.waitForLedger(reference.database, count: payloads.count), "undisturbed run\n\(reference.fixture.logTail())")
+        #expect(try await reference.fixture.waitForLag(group: reference.group))
+        let expected = try await reference.digest()
+        await reference.finish()
+
+        // Disturbed: ingest is down for the middle third; Apple records those attempts as failed.
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, sharing: reference.fixture)
+        try await scene.startIngest()
+        for payload in payloads[..<third] { #expect(await scene.apple.fake.send(payload) == .success) }
+        try await scene.stopIngest()
+        for payload in payloads[third..<(2 * third)] { #expect(await scene.apple.fake.send(payload) == .socketIssue) }
+        try await scene.startIngest()
+        for payload in payloads[(2 * third)...] { #expect(await scene.apple.fake.send(payload) == .success) }
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: payloads.count - third, timeout: .seconds(60)))
+        #expect(try await scene.fixture.waitForLag(group: scene.group))
+        #expect(try await scene.digest() != expected, "the outage lost notifications")
+
+        let backfill = try await scene.run(Self.backfillArguments + ["--only-failures"])
+        #expect(backfill.status == 0, "backfill: \(backfill.output)")
+        let summary = try #require(scene.summary(backfill.output), "\(backfill.output)")
+        #expect(summary["fetched"]?.int64Value == Int64(third) && summary["produced"]?.int64Value == Int64(third), "\(summary.serialized)")
+        #expect(summary["new"]?.int64Value == Int64(third) && summary["alreadyInLedger"]?.int64Value == 0, "\(summary.serialized)")
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: payloads.count), "\(scene.fixture.logTail())")
+        #expect(try await scene.fixture.waitForLag(group: scene.group))
+        #expect(try await scene.digest() == expected, "the database after the backfill equals the undisturbed run's")
+        #expect(try await scene.query("SELECT count(*)::int FROM notifications WHERE source = 'history'", as: Int.self) == [third])
+
+        // The same backfill again: all duplicates, nothing changes.
+        let again = try await scene.run(Self.backfillArguments + ["--only-failures"])
+        #expect(again.status == 0, "\(again.output)")
+        let second = try #require(scene.summary(again.output))
+        #expect(second["alreadyInLedger"]?.int64Value == Int64(third) && second["new"]?.int64Value == 0, "\(second.serialized)")
+        #expect(try await scene.fixture.waitForLag(group: scene.group))
+        #expect(try await scene.digest() == expected)
+        let dead = try await scene.fixture.deadLetters(group: scene.group)
+        #expect(dead.isEmpty, "no dead letters: \(dead.map(\.errorCode))")
+        await scene.finish()
+    }
+
+    /// History entries "Apple" could not deliver, as the fake serves them.
+    func failedHistory(_ scene: BackfillScene, count: Int, first: Int) {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        for event in NotificationMinter.lifecycleEvents(subscriptions: count, firstSubscription: first).prefix(count) {
+            scene.apple.fake.addHistoryOnly(
+                scene.fixture.minter.signedNotification(event), attempts: [SendAttemptItem(attemptDate: now - 60_000, sendAttemptResult: .timedOut)])
+        }
+    }
+
+    @Test("kill -9 of pipelinectl backfill mid-run, then the same command: it resumes at the checkpointed page, nothing missing")
+    func killAndResume() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, withWorker: false)
+        failedHistory(scene, count: 200, first: 1_000)  // 10 pages
+        let slow = ["APPSTORE_RATE_LIMIT_HISTORY": "2"]  // 2 pages at once, then one every 0.5 s
+        let (process, _) = try scene.start(Self.backfillArguments, extra: slow)
+        var pages = 0
+        let deadline = ContinuousClock.now + .seconds(60)
+        while pages < 4, process.isRunning, ContinuousClock.now < deadline {
+            pages = try await scene.query("SELECT coalesce(max(pages), 0) FROM backfill_runs", as: Int.self).first ?? 0
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        await ChildProcess.kill(process)
+        let checkpoint = try await scene.query("SELECT pagination_token FROM backfill_runs WHERE completed_at IS NULL", as: String?.self)
+        let checkpointPages = try await scene.query("SELECT pages FROM backfill_runs WHERE completed_at IS NULL", as: Int.self)
+        #expect(checkpoint.count == 1 && checkpointPages.first.map { $0 >= 4 && $0 < 10 } == true, "killed mid-run: \(checkpointPages)")
+        let token = try #require(checkpoint.first ?? nil)
+        let before = scene.apple.fake.requests.count
+        let firstRun = scene.apple.fake.requests.compactMap(\.paginationToken)
+
+        let resumed = try await scene.run(Self.backfillArguments)
+        #expect(resumed.status == 0, "\(resumed.output)")
+        let summary = try #require(scene.summary(resumed.output))
+        #expect(summary["resumed"] == .bool(true) && summary["completed"] == .bool(true) && summary["pages"]?.int64Value == 10, "\(summary.serialized)")
+        let secondRun = scene.apple.fake.requests[before...]
+        #expect(secondRun.first?.paginationToken == token, "the first request after the restart asks for the checkpointed page")
+        let tokenIndex = try #require(firstRun.firstIndex(of: token).map { $0 } ?? firstRun.count as Int?)
+        let earlier = Set(firstRun[..<min(tokenIndex, firstRun.count)])
+        #expect(secondRun.allSatisfy { $0.paginationToken.map { !earlier.contains($0) } ?? false }, "no page before the checkpointed one is fetched again")
+        #expect(secondRun.count == 10 - checkpointPages[0], "\(secondRun.count) requests after resuming at page \(checkpointPages[0] + 1)")
+
+        let records = try await readTopic(bootstrap, topic: scene.fixture.topic, atLeast: 200)
+        let uuids = Set(records.compactMap { UnverifiedPeek.payload(of: String(decoding: $0.value, as: UTF8.self))?["notificationUUID"]?.stringValue })
+        #expect(uuids.count == 200, "every notification of the window was produced: \(uuids.count)")
+        #expect(records.count <= 200 + 20, "at most the page in flight at the kill was produced twice: \(records.count)")
+        await scene.finish()
+    }
+
+    @Test("429 with Retry-After and 5000001 are waited out; 4000006 and a malformed page stop the run with a clear error, checkpoint intact")
+    func appleFaults() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, withWorker: false)
+        failedHistory(scene, count: 70, first: 2_000)  // 4 pages
+        scene.apple.fake.setFault(.rateLimit(retryAfterMilliseconds: 2_000), onHistoryRequest: 2)
+        scene.apple.fake.setFault(.apiError(status: 500, errorCode: 5_000_001, errorMessage: "An unknown error occurred. Please try again."), onHistoryRequest: 3)
+        let started = ContinuousClock.now
+        let first = try await scene.run(Self.backfillArguments)
+        #expect(first.status == 0, "\(first.output)")
+        #expect(ContinuousClock.now - started >= .seconds(2), "waited at least what Retry-After said")
+        #expect(scene.summary(first.output)?["produced"]?.int64Value == 70)
+        let waits = scene.apple.fake.requests.filter { $0.status == 429 || $0.status == 500 }
+        #expect(waits.count == 2)
+
+        // A new run (the last one completed; requests 1–6 were its four pages, the 429 and the 500): Apple refuses its third page.
+        scene.apple.fake.setFault(.apiError(status: 400, errorCode: 4_000_006, errorMessage: "Invalid transaction id."), onHistoryRequest: 9)
+        let refused = try await scene.run(Self.backfillArguments)
+        #expect(refused.status != 0)
+        #expect(refused.output.contains("4000006") && refused.output.contains("Invalid transaction id."), "\(refused.output)")
+        #expect(try await scene.query("SELECT pages FROM backfill_runs WHERE completed_at IS NULL", as: Int.self) == [2], "checkpoint intact at 2 pages")
+        #expect(try await scene.query("SELECT count(*)::int FROM backfill_runs WHERE completed_at IS NULL AND last_error LIKE '%4000006%'", as: Int.self) == [1])
+
+        // Resumed: its first page is malformed; still the checkpoint holds.
+        scene.apple.fake.setFault(.malformedBody(#"{"notificationHistory":[{"sendAttempts":[]}],"hasMore":true}"#), onHistoryRequest: 10)
+        let malformed = try await scene.run(Self.backfillArguments)
+        #expect(malformed.status != 0 && malformed.output.contains("signedPayload is missing"), "\(malformed.output)")
+        #expect(try await scene.query("SELECT pages FROM backfill_runs WHERE completed_at IS NULL", as: Int.self) == [2])
+
+        let finished = try await scene.run(Self.backfillArguments)
+        let summary = try #require(scene.summary(finished.output), "\(finished.output)")
+        #expect(finished.status == 0 && summary["resumed"] == .bool(true) && summary["pages"]?.int64Value == 4 && summary["produced"]?.int64Value == 70, "\(summary.serialized)")
+        #expect(try await scene.query("SELECT count(*)::int FROM backfill_runs WHERE completed_at IS NULL", as: Int.self) == [0])
+        await scene.finish()
+    }
+
+    @Test("bad input: a window longer than Apple keeps, unknown send-attempt results and notification types, a missing key")
+    func badInput() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let tooOld = try await scene.run(["backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Sandbox", "--since", "45d"])
+        #expect(tooOld.status != 0 && tooOld.output.contains("30 days"), "\(tooOld.output)")
+        let noKey = try await scene.run(Self.backfillArguments, extra: ["APPSTORE_PRIVATE_KEY_FILE": scene.fixture.directory + "/absent.p8"])
+        #expect(noKey.status != 0 && noKey.output.contains("APPSTORE_PRIVATE_KEY_FILE") && !noKey.output.contains("Fatal error"), "\(noKey.output)")
+        #expect(scene.apple.fake.requests.isEmpty, "refused before any call")
+
+        var event = NotificationMinter.SubscriptionEvent.sample(seed: 4_242, signedDate: Int64(Date().timeIntervalSince1970 * 1000) - 60_000, type: "SOMETHING_APPLE_ADDS_LATER")
+        event.notificationUUID = deterministicUUID(4_242)
+        let unknownType = scene.fixture.minter.signedNotification(event)
+        scene.apple.fake.addHistoryOnly(unknownType, attempts: [
+            SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000) - 30_000, sendAttemptResult: SendAttemptResult("QUANTUM_TUNNEL_COLLAPSED")),
+        ])
+        let backfill = try await scene.run(Self.backfillArguments)
+        #expect(backfill.status == 0, "\(backfill.output)")
+        #expect(scene.summary(backfill.output)?["unknownSendAttemptResults"]?.int64Value == 1)
+        let records = try await readTopic(bootstrap, topic: scene.fixture.topic, atLeast: 1)
+        #expect(records.first?.headers.string(NotificationRecordHeader.sendAttemptResult) == "QUANTUM_TUNNEL_COLLAPSED", "kept raw")
+        #expect(records.first?.headers.string(NotificationRecordHeader.source) == "history")
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: 1, timeout: .seconds(60)), "\(scene.fixture.logTail())")
+        #expect(try await scene.query("SELECT notification_type || '/' || source FROM notifications", as: String.self) == ["SOMETHING_APPLE_ADDS_LATER/history"])
+        await scene.finish()
+    }
+
+    @Test("test-notification: exit 0 once the TEST notification is stored; with ingest stopped, non-zero naming the failed send attempt")
+    func testNotification() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        try await scene.startIngest()
+        let arguments = ["test-notification", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--timeout", "60s"]
+        let ok = try await scene.run(arguments)
+        #expect(ok.status == 0, "\(ok.output)\n\(scene.fixture.logTail())")
+        #expect(ok.output.contains(": stored") && ok.output.contains("ingest took → worker stored"), "\(ok.output)")
+        #expect(try await scene.query("SELECT count(*)::int FROM notifications WHERE notification_type = 'TEST'", as: Int.self) == [1])
+        let polls = scene.apple.fake.requests.filter { $0.path.hasPrefix("/inApps/v1/notifications/test/") }
+        #expect(polls.filter { $0.status == 404 }.count == 2 && polls.last?.status == 200, "polled through 4040008: \(polls.map(\.status))")
+
+        try await scene.stopIngest()
+        let failed = try await scene.run(arguments)
+        #expect(failed.status != 0 && failed.output.contains("SOCKET_ISSUE"), "\(failed.output)")
+        await scene.finish()
+    }
+}
