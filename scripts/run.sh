@@ -4,7 +4,9 @@
 #   scripts/run.sh          install what is missing, build, start PostgreSQL and the broker (scripts/services.sh),
 #                           migrate, ensure the topics, start ingest and two workers, send the demo stream, print
 #                           the entitlements and the dead letters, re-drive the dead letters after configuring the
-#                           second app, then keep running (Ctrl-C stops everything; without a terminal, or with
+#                           second app, stop ingest while a fake App Store keeps sending and recover what it
+#                           missed with `pipelinectl backfill`, check every hop with `pipelinectl test-notification`,
+#                           then keep running (Ctrl-C stops everything; without a terminal, or with
 #                           RUN_DETACH=1, it returns and leaves the stack running)
 #   scripts/run.sh stop     stop ingest, the workers and the services (their data is deleted)
 #   scripts/run.sh status   what runs where
@@ -65,6 +67,7 @@ swift build --product ingest 2>&1 | tail -1
 swift build --product worker 2>&1 | tail -1
 swift build --product pipelinectl 2>&1 | tail -1
 swift build --product demo-notifications 2>&1 | tail -1
+swift build --product fake-appstore-api 2>&1 | tail -1
 bin=$(swift build --show-bin-path)
 
 log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
@@ -86,7 +89,7 @@ log "pipelinectl migrate; pipelinectl topics ensure"
 
 start_worker() {  # number apps
     local number=$1 apps=$2
-    APPS=$apps TRUSTED_ROOTS="apple,$stack/demo-root.pem" WORKER_MIGRATE=false WORKER_OPS_HOST=127.0.0.1 \
+    APPS=$apps TRUSTED_ROOTS="apple,$stack/demo-root.pem,$stack/fake-apple-root.pem" WORKER_MIGRATE=false WORKER_OPS_HOST=127.0.0.1 \
         WORKER_OPS_PORT=${worker_ports[$((number - 1))]} KAFKA_CLIENT_ID=worker-$number \
         KAFKA_CONFIG_SESSION_TIMEOUT_MS=6000 KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS=500 KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS=500 \
         nohup "$bin/worker" >>"$stack/worker-$number.log" 2>&1 &
@@ -127,8 +130,17 @@ sys.exit(0 if lag["totalLag"] == 0 and all(p["committed"] is not None for p in l
 
 log "ingest on :$ingest_port, workers on :${worker_ports[*]} (ops)"
 "$bin/demo-notifications" "$stack/demo-root.pem" 20 >"$stack/demo-bodies.jsonl"
-INGEST_HOST=127.0.0.1 INGEST_PORT=$ingest_port nohup "$bin/ingest" >>"$stack/ingest.log" 2>&1 &
-echo $! >"$stack/ingest.pid"
+start_ingest() {
+    INGEST_HOST=127.0.0.1 INGEST_PORT=$ingest_port nohup "$bin/ingest" >>"$stack/ingest.log" 2>&1 &
+    echo $! >"$stack/ingest.pid"
+}
+start_ingest
+# The demo's Apple: a fake App Store Server API that mints its own API key and signing root for this run only.
+apple_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+nohup "$bin/fake-appstore-api" "$apple_port" "$stack/demo-appstore-key.p8" "$stack/fake-apple-root.pem" "${app%%:*}" \
+    "http://127.0.0.1:$ingest_port/v2/notifications" >>"$stack/fake-appstore-api.log" 2>&1 &
+echo $! >"$stack/fake-appstore-api.pid"
+for _ in $(seq 300); do [[ -s $stack/fake-apple-root.pem ]] && break; sleep 0.1; done
 start_worker 1 "$app"
 start_worker 2 "$app"
 wait_ready "http://127.0.0.1:$ingest_port/health/ready"
@@ -176,6 +188,27 @@ echo "after the re-drive: the forged ones are dead-lettered again (redrive-count
 "$bin/pipelinectl" dlq list --limit 0
 "$bin/pipelinectl" entitlements --all | grep -E "^ENVIRONMENT|com.example.pipeline.later"
 
+log "Apple's side: ingest stops while the (fake) App Store keeps sending; pipelinectl backfill recovers what was missed"
+export APPSTORE_KEY_ID=DEMOKEY001 APPSTORE_ISSUER_ID=00000000-demo-4000-8000-000000000001 \
+    APPSTORE_PRIVATE_KEY_FILE="$stack/demo-appstore-key.p8" APPSTORE_API_BASE_URL="http://127.0.0.1:$apple_port"
+ledger() { "$PIPELINE_PG_BIN/psql" "$POSTGRES_URL" -qAtc "SELECT count(*) FROM notification_ledger"; }
+apple_sends() { curl -fsS -X POST "http://127.0.0.1:$apple_port/fake/send?subscriptions=4&first=$1"; }
+echo "Apple sends 4 subscriptions' notifications, ingest up:   $(apple_sends 500)"
+kill -TERM "$(cat "$stack/ingest.pid")"
+while alive "$stack/ingest.pid"; do sleep 0.1; done
+echo "Apple sends 4 more, ingest stopped:                      $(apple_sends 600)"
+start_ingest
+wait_ready "http://127.0.0.1:$ingest_port/health/ready"
+echo "Apple sends 4 more, ingest back:                         $(apple_sends 700)"
+wait_drained
+before=$(ledger)
+echo "the ledger holds $before notifications; the ones sent during the outage are missing"
+"$bin/pipelinectl" backfill --bundle-id "${app%%:*}" --environment Production --since 1h --only-failures
+wait_drained
+echo "the ledger holds $(ledger) notifications after the backfill ($(( $(ledger) - before )) recovered)"
+log "pipelinectl test-notification: Apple → ingest → Kafka → worker → PostgreSQL in one command"
+"$bin/pipelinectl" test-notification --bundle-id "${app%%:*}" --environment Production --timeout 60s
+
 cat <<EOF
 
 == the pipeline is running
@@ -183,8 +216,9 @@ cat <<EOF
   workers       $(for port in "${worker_ports[@]}"; do printf 'http://127.0.0.1:%s/metrics  ' "$port"; done)
   PostgreSQL    $POSTGRES_URL
   Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
+  fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log
-  operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements)
+  operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements, backfill, test-notification)
   stop          scripts/run.sh stop$( [[ -t 0 && -z ${RUN_DETACH:-} ]] && echo "   (or Ctrl-C here)")
 EOF
 

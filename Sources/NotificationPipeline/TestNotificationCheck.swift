@@ -48,7 +48,7 @@ public struct TestNotificationCheck: Sendable {
         var report = Report(outcome: .notSent, requestedAt: now(), finishedAt: 0)
         let token = try await api.requestTestNotification(bundleId: bundleId).testNotificationToken
         report.testNotificationToken = token
-        progress("Apple accepted the request (token \(UntrustedText.quoted(token, limit: 40)))")
+        progress("Apple accepted the request (token \(UntrustedText.quoted(token, limit: 100)))")
 
         // Apple answers 4040008 until the notification was sent: poll with backoff, within the deadline.
         var wait = Duration.milliseconds(500)

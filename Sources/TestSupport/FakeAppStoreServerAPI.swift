@@ -105,8 +105,9 @@ public final class FakeAppStoreServerAPI: Sendable {
     // MARK: - Control (the test's side)
 
     /// Starts serving on `host:port` (0: a free port) and returns the port.
-    public func start(host: String = "127.0.0.1", port requestedPort: Int = 0) async throws -> Int {
+    public func start(host: String = "127.0.0.1", port requestedPort: Int = 0, extraRoutes: @Sendable (Router<BasicRequestContext>) -> Void = { _ in }) async throws -> Int {
         let router = Router()
+        extraRoutes(router)
         router.post("/inApps/v1/notifications/history") { request, _ in try await self.history(request) }
         router.post("/inApps/v1/notifications/test") { request, _ in try await self.requestTest(request) }
         router.get("/inApps/v1/notifications/test/:token") { request, context in try await self.testStatus(request, token: context.parameters.get("token") ?? "") }
@@ -157,8 +158,9 @@ public final class FakeAppStoreServerAPI: Sendable {
     @discardableResult
     public func send(_ signedPayload: String) async -> SendAttemptResult {
         let url = state.withLock { $0.configuration.ingestURL }
+        let attemptDate = Int64(Date().timeIntervalSince1970 * 1000)  // when the attempt began, as Apple reports it
         let result = await post(signedPayload, to: url)
-        let attempt = SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000), sendAttemptResult: result)
+        let attempt = SendAttemptItem(attemptDate: attemptDate, sendAttemptResult: result)
         let entry = Self.entry(signedPayload, attempts: [attempt])
         state.withLock { $0.sent.append(entry) }
         return result
@@ -323,8 +325,9 @@ public final class FakeAppStoreServerAPI: Sendable {
         let signed = configuration.minter.chain.sign(payload)
         // Apple sends it shortly after answering.
         Task {
+            let attemptDate = Int64(Date().timeIntervalSince1970 * 1000)
             let result = await self.post(signed, to: configuration.ingestURL)
-            let attempt = SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000), sendAttemptResult: result)
+            let attempt = SendAttemptItem(attemptDate: attemptDate, sendAttemptResult: result)
             self.state.withLock { $0.tests[token] = ($0.tests[token]?.polls ?? 0, signed, [attempt]) }
         }
         return Self.json(.ok, JSONObject(["testNotificationToken": .string(token)]))
