@@ -35,7 +35,13 @@ public struct OperationsConfiguration: Sendable {
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys
+    ] + KafkaEnvironment.keys + appStoreKeys
+
+    /// What `backfill` and `test-notification` read (AppStoreServerAPIConfiguration.fromEnvironment).
+    public static let appStoreKeys = [
+        "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_RATE_LIMIT_HISTORY",
+        "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_MAX_ATTEMPTS",
+    ]
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
         var configuration = OperationsConfiguration()

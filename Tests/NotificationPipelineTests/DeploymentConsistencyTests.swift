@@ -92,7 +92,8 @@ struct DeploymentConsistencyTests {
                 #expect([OperationsRoutes.live, OperationsRoutes.ready].contains(target.1), "\(name)'s health check calls \(target.1), not a health route")
             }
         }
-        #expect(ours == 3, "migrate, ingest and worker are built from the image")
+        #expect(ours == 4, "migrate, ingest, worker and the catch-up backfill are built from the image")
+        #expect(services["catch-up"]?["profiles"] as? [String] == ["catch-up"], "the catch-up needs a key: off unless its profile is asked for")
         #expect((services["worker"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 3)
 
         // Prometheus scrapes each of our services on its port and metrics path.
@@ -160,8 +161,11 @@ struct DeploymentConsistencyTests {
         var keyReaders: [String: Set<String>] = [:]  // config key → executables that receive it
         var deploymentPorts: [String: Int] = [:]
 
-        for object in named("Deployment") + named("Job") {
-            let spec = try #require(object["spec"] as? [String: Any])
+        var envFromReferences: Set<String> = []
+        for object in named("Deployment") + named("Job") + named("CronJob") {
+            let outerSpec = try #require(object["spec"] as? [String: Any])
+            // A CronJob's pod template is one level deeper, in its job template.
+            let spec = ((outerSpec["jobTemplate"] as? [String: Any])?["spec"] as? [String: Any]) ?? outerSpec
             let template = try #require(spec["template"] as? [String: Any])
             let podSpec = try #require(template["spec"] as? [String: Any])
             for container in podSpec["containers"] as? [[String: Any]] ?? [] {
@@ -181,6 +185,7 @@ struct DeploymentConsistencyTests {
                 for source in container["envFrom"] as? [[String: Any]] ?? [] {
                     let reference = (source["configMapRef"] ?? source["secretRef"]) as? [String: Any]
                     let referenced = try #require(reference?["name"] as? String)
+                    envFromReferences.insert(referenced)
                     let keys = try #require(configKeys[referenced], "\(name(object)) reads \(referenced), which no manifest defines")
                     for key in keys { keyReaders[key, default: []].formUnion(executables.filter { Self.reads($0, key) }) }
                 }
@@ -202,20 +207,33 @@ struct DeploymentConsistencyTests {
                     let probePort = probe["port"] as? Int ?? ports.first { $0["name"] as? String == probe["port"] as? String }?["containerPort"] as? Int
                     #expect(probePort == port, "\(name(object)) \(probeName) on port \(probePort.map(String.init) ?? "?")")
                 }
+                // A file named by a variable lies on a mounted volume of a Secret that exists.
+                let mounts = container["volumeMounts"] as? [[String: Any]] ?? []
+                let volumes = podSpec["volumes"] as? [[String: Any]] ?? []
+                for (key, value) in environment where key.hasSuffix("_FILE") {
+                    let mount = mounts.first { value.hasPrefix(($0["mountPath"] as? String ?? "\u{0}") + "/") }
+                    let volume = volumes.first { $0["name"] as? String == mount?["name"] as? String }
+                    let secretName = (volume?["secret"] as? [String: Any])?["secretName"] as? String
+                    let file = String(value.split(separator: "/").last ?? "")
+                    #expect(secretName.flatMap { configKeys[$0] }?.contains(file) == true, "\(name(object)): \(key)=\(value) is not a key of a mounted Secret")
+                }
                 let annotations = ((template["metadata"] as? [String: Any])?["annotations"] as? [String: String]) ?? [:]
                 if let scrapePort = annotations["prometheus.io/port"] {
                     #expect(Int(scrapePort) == port && annotations["prometheus.io/path"] == OperationsRoutes.metrics, "\(name(object)) scrape annotations")
                 }
             }
         }
-        // Every ConfigMap/Secret key is read by some process that receives it.
-        for key in configKeys.values.flatMap({ $0 }) {
+        // Every key of a ConfigMap/Secret passed as environment is read by some process that receives it (a
+        // Secret mounted as files, like the .p8 key, is checked above).
+        for key in configKeys.filter({ envFromReferences.contains($0.key) }).values.flatMap({ $0 }) {
             #expect(!(keyReaders[key] ?? []).isEmpty, "the key \(key) reaches no process that reads it")
         }
         // Ingest has a Service and an HPA; the worker an HPA and a PodDisruptionBudget; a migrate Job exists.
         let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
         #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
         #expect(named("PodDisruptionBudget").count == 1 && named("Service").count == 1 && named("Job").count == 1)
+        let catchUp = try #require(named("CronJob").first, "the automatic catch-up")
+        #expect((catchUp["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "one catch-up pass at a time")
         #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort].sorted())
     }
 
