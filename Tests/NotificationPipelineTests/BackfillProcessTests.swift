@@ -252,6 +252,33 @@ struct BackfillProcessTests {
         await scene.finish()
     }
 
+    @Test("backfill --follow: each pass fetches the recent failures by itself; a failure that happens later arrives with a later pass")
+    func follow() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, withWorker: false)
+        failedHistory(scene, count: 10, first: 3_000)
+        let (process, outputFile) = try scene.start([
+            "backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--follow", "--every", "1s", "--lookback", "1h", "--json",
+        ])
+        func completedPasses() async throws -> Int { try await scene.query("SELECT count(*)::int FROM backfill_runs WHERE outcome = 'completed'", as: Int.self).first ?? 0 }
+        func waitForPasses(_ count: Int) async throws -> Bool {
+            let deadline = ContinuousClock.now + .seconds(30)
+            while ContinuousClock.now < deadline, process.isRunning {
+                if try await completedPasses() >= count { return true }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            return false
+        }
+        #expect(try await waitForPasses(1), "\((try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")")
+        failedHistory(scene, count: 3, first: 3_100)  // Apple fails to deliver some more later
+        let passes = try await completedPasses()
+        #expect(try await waitForPasses(passes + 2))
+        await ChildProcess.terminate(process)
+        let records = try await readTopic(bootstrap, topic: scene.fixture.topic, atLeast: 13, timeout: .seconds(20))
+        let uuids = Set(records.compactMap { UnverifiedPeek.payload(of: String(decoding: $0.value, as: UTF8.self))?["notificationUUID"]?.stringValue })
+        #expect(uuids.count == 10 + 3, "the later failures arrived with no operator: \(uuids.count) distinct notifications")
+        await scene.finish()
+    }
+
     @Test("bad input: a window longer than Apple keeps, unknown send-attempt results and notification types, a missing key")
     func badInput() async throws {
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
