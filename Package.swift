@@ -149,7 +149,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "verify-bench",
-            dependencies: ["AppStoreNotifications", "TestSupport"]
+            dependencies: ["AppStoreNotifications", "AppStoreServerAPI", "TestSupport"]
         ),
         // MARK: - Tests
         .testTarget(

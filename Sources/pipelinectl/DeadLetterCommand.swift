@@ -28,8 +28,9 @@ struct DeadLetterCommand: AsyncParsableCommand {
             let configuration = try connection.configuration()
             let progress = ProgressLine("reading \(configuration.deadLetterTopic)")
             // Streamed: only counts, the newest `limit` (without payloads) and the original positions are kept.
-            var scan = DeadLetterScan(since: try filters.since.map(parseISO8601), errorCode: filters.errorCode, keepNewest: limit)
-            try await TopicReader.forEach(configuration.deadLetterTopic, client: try configuration.requireKafka(), logger: toolLogger, progress: { done, total in
+            let since = try filters.since.map(parseISO8601)
+            var scan = DeadLetterScan(since: since, errorCode: filters.errorCode, keepNewest: limit)
+            try await TopicReader.forEach(configuration.deadLetterTopic, client: try configuration.requireKafka(), logger: toolLogger, since: since, progress: { done, total in
                 progress.update(done, of: total)
             }) { record in _ = scan.take(record) }
             let counts = scan.countsByCode
@@ -113,7 +114,7 @@ struct DeadLetterCommand: AsyncParsableCommand {
                     let progress = ProgressLine(dryRun ? "reading \(deadLetterTopic)" : "re-driving from \(deadLetterTopic)")
                     do {
                         // Streamed: each dead letter is re-driven as it is read; nothing but positions is kept.
-                        try await TopicReader.forEach(deadLetterTopic, client: client, logger: toolLogger, progress: { done, total in
+                        try await TopicReader.forEach(deadLetterTopic, client: client, logger: toolLogger, since: since, progress: { done, total in
                             progress.update(done, of: total)
                         }) { record in
                             guard let letter = scan.take(record) else { return }

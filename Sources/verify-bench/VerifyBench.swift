@@ -1,4 +1,5 @@
 @_spi(Benchmarks) import AppStoreNotifications
+import AppStoreServerAPI
 import Crypto
 import Foundation
 import TestSupport
@@ -118,6 +119,17 @@ struct VerifyBench {
             _ = try JSONValueDecoder().decode(JWSTransactionDecodedPayload.self, from: transactionJSON)
             _ = try JSONValueDecoder().decode(JWSRenewalInfoDecodedPayload.self, from: renewalJSON)
         }))
+        // The App Store Server API's bearer token (docs/app-store-server-api.md): what signing one costs, and a reuse.
+        let apiKey = P256.Signing.PrivateKey()
+        let header = JSONObject(["alg": .string("ES256"), "kid": .string("K"), "typ": .string("JWT")])
+        let claims = JSONObject([
+            "iss": .string("I"), "iat": .number(JSONNumber(1_790_000_000)), "exp": .number(JSONNumber(1_790_001_200)), "aud": .string("appstoreconnect-v1"),
+            "bid": .string("com.example.app"),
+        ])
+        result.append(("App Store Server API JWT, signed anew", micros { _ = AppStoreTokenSigner.sign(header: header, claims: claims, key: apiKey) }))
+        let signer = AppStoreTokenSigner(keyId: "K", issuerId: "I", signingKey: apiKey)
+        _ = signer.token(bundleId: "com.example.app")
+        result.append(("App Store Server API JWT, reused from cache", micros { _ = signer.token(bundleId: "com.example.app") }))
         return result
     }
 
