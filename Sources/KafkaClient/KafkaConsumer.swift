@@ -281,19 +281,26 @@ public final class KafkaConsumer: Service, Sendable {
 
     /// Commits stored offsets, leaves the group (its partitions are revoked, committing once more) and destroys
     /// the handle. Idempotent.
+    ///
+    /// After a fatal error (e.g. a fenced static member) the instance can neither commit nor leave: both are
+    /// skipped and the handle is destroyed without the consumer close, which would otherwise wait for a group
+    /// that fenced us. What was not committed is redelivered to the member that replaces us.
     public func close() async {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        do { try await commit() } catch { context.logger.warning("final commit failed: \(error)") }
+        let fatal = await client.blocking { handle in rd_kafka_fatal_error(handle, nil, 0) != RD_KAFKA_RESP_ERR_NO_ERROR }
+        if !fatal {
+            do { try await commit() } catch { context.logger.warning("final commit failed: \(error)") }
+        }
         let queue = consumerQueue
         let error = await client.blocking { [self] handle in
             closedForCommit.store(true, ordering: .relaxed)
             rd_kafka_queue_destroy(queue.pointer)
-            return rd_kafka_consumer_close(handle)
+            return fatal ? RD_KAFKA_RESP_ERR_NO_ERROR : rd_kafka_consumer_close(handle)
         }
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { context.logger.warning("leaving the group failed: \(KafkaError(error))") }
         context.events.finish()
         await gate.close()  // no offset store or watermark read is inside the handle from here on
-        await client.destroy()
+        await client.destroy(flags: fatal ? Int32(RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE) : 0)
     }
 
     /// The last topic handle's name: records of one batch nearly always share a topic.

@@ -138,11 +138,14 @@ final class RDKafkaClient: Sendable {
 
     /// Destroys the handle (joining librdkafka's threads, so no callback runs afterwards), then releases the
     /// callback context. Idempotent.
-    func destroy() async {
+    ///
+    /// `flags`: `RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE` for a consumer whose group membership is already gone
+    /// (after a fatal error), where the implicit close would wait on a group that no longer answers.
+    func destroy(flags: Int32 = 0) async {
         guard !destroyed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let context = self.context
         await blocking { handle in
-            rd_kafka_destroy(handle)
+            if flags == 0 { rd_kafka_destroy(handle) } else { rd_kafka_destroy_flags(handle, flags) }
             Unmanaged.passUnretained(context).release()
         }
     }

@@ -60,7 +60,10 @@ final class WorkerProcessFixture: @unchecked Sendable {
 
     /// A worker process for `group` writing to `postgresURL`; returns it and its ops port. Its log (LOG_LEVEL=info)
     /// goes to a file of the fixture's directory; `logTail` shows them all when an expectation fails.
-    func startWorker(group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil, batchSize: Int = 100) async throws -> (process: Process, opsPort: Int) {
+    func startWorker(
+        group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil, batchSize: Int = 100,
+        extra: [String: String] = [:]
+    ) async throws -> (process: Process, opsPort: Int) {
         let port = TestServices.freePort()
         let topic = topic ?? self.topic
         workerCount += 1
@@ -70,7 +73,7 @@ final class WorkerProcessFixture: @unchecked Sendable {
             "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
             // Fast group joins and failure detection on the test broker.
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
-        ], logFile: directory + "/worker-\(workerCount).log")
+        ].merging(extra) { _, new in new }, logFile: directory + "/worker-\(workerCount).log")
         logFiles[process.processIdentifier] = directory + "/worker-\(workerCount).log"
         return (process, port)
     }
