@@ -12,6 +12,9 @@ public final class AppStoreServerAPIClient: Sendable {
     public enum EndpointFamily: String, Sendable {
         case notificationHistory
         case testNotification
+        case subscriptionStatus
+        case transactionHistory
+        case consumption
     }
 
     public let configuration: AppStoreServerAPIConfiguration
@@ -89,8 +92,9 @@ public final class AppStoreServerAPIClient: Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            let perSecond = family == .notificationHistory ? configuration.rateLimits.notificationHistoryPerSecond : configuration.rateLimits.testNotificationPerSecond
-            try await limiter.acquire("\(bundleId)|\(family.rawValue)", perSecond: perSecond)
+            let perSecond = configuration.rateLimits.perSecond(family)
+            // Request a Test Notification and Get Test Notification Status are limited each on its own.
+            try await limiter.acquire("\(bundleId)|\(family.rawValue)|\(family == .testNotification ? method.rawValue : "")", perSecond: perSecond)
             let error: AppStoreServerAPIError
             do {
                 return try await once(method, path, endpoint: endpoint, bundleId: bundleId, body: body)
@@ -191,7 +195,7 @@ public final class AppStoreServerAPIClient: Sendable {
         return String(describing: error)
     }
 
-    static func percentEncoded(_ text: String) -> String {
+    public static func percentEncoded(_ text: String) -> String {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~")
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text

@@ -47,10 +47,31 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         /// Request a Test Notification and Get Test Notification Status: 1 request/s in production.
         public var testNotificationPerSecond: Double
 
+        /// Get All Subscription Statuses and Get Transaction Info. Our default, not Apple's published figure
+        /// (Apple lists per-endpoint limits in "Identifying rate limits"; a 429 is honoured whatever this says).
+        public var subscriptionStatusPerSecond: Double
+        /// Get Transaction History (the same caveat).
+        public var transactionHistoryPerSecond: Double
+        /// Send Consumption Information.
+        public var consumptionPerSecond: Double
+
         public init(environment: Environment) {
             let scale = environment == .production ? 1.0 : 0.1
             notificationHistoryPerSecond = 50 * scale
             testNotificationPerSecond = 1 * scale
+            subscriptionStatusPerSecond = 20 * scale
+            transactionHistoryPerSecond = 20 * scale
+            consumptionPerSecond = 10 * scale
+        }
+
+        func perSecond(_ family: AppStoreServerAPIClient.EndpointFamily) -> Double {
+            switch family {
+            case .notificationHistory: notificationHistoryPerSecond
+            case .testNotification: testNotificationPerSecond
+            case .subscriptionStatus: subscriptionStatusPerSecond
+            case .transactionHistory: transactionHistoryPerSecond
+            case .consumption: consumptionPerSecond
+            }
         }
     }
 
@@ -99,6 +120,9 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         }
         configuration.rateLimits.notificationHistoryPerSecond = try rate("APPSTORE_RATE_LIMIT_HISTORY", configuration.rateLimits.notificationHistoryPerSecond)
         configuration.rateLimits.testNotificationPerSecond = try rate("APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", configuration.rateLimits.testNotificationPerSecond)
+        configuration.rateLimits.subscriptionStatusPerSecond = try rate("APPSTORE_RATE_LIMIT_STATUSES", configuration.rateLimits.subscriptionStatusPerSecond)
+        configuration.rateLimits.transactionHistoryPerSecond = try rate("APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY", configuration.rateLimits.transactionHistoryPerSecond)
+        configuration.rateLimits.consumptionPerSecond = try rate("APPSTORE_RATE_LIMIT_CONSUMPTION", configuration.rateLimits.consumptionPerSecond)
         if let text = variables["APPSTORE_MAX_ATTEMPTS"], !text.isEmpty {
             guard let attempts = Int(text), (1...100).contains(attempts) else {
                 throw AppStoreConfigurationError(variable: "APPSTORE_MAX_ATTEMPTS", reason: "must be 1…100, got \(UntrustedText.quoted(text))")

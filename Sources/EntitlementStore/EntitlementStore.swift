@@ -194,6 +194,23 @@ public struct EntitlementStore: Sendable {
                 rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized, signedPayloads: firstSeen.map(\.signedPayload),
                 payloads: firstSeen.map { JSONValue.object($0.verified.json).serialized }),
             logger: logger)
+        // A CONSUMPTION_REQUEST asks for an answer within 12 hours of its signedDate: recorded as pending here, in
+        // the same transaction, so none is lost; `pipelinectl consumption` lists and answers them.
+        let consumption = firstSeen.compactMap(Self.consumptionRow)
+        if !consumption.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO consumption_requests (notification_uuid, environment, bundle_id, transaction_id, original_transaction_id, product_type, reason,
+                    requested_at, deadline)
+                SELECT r.notification_uuid, r.environment, r.bundle_id, r.transaction_id, r.original_transaction_id, r.product_type, r.reason,
+                    to_timestamp(r.requested_at / 1000.0), to_timestamp(r.requested_at / 1000.0) + interval '12 hours'
+                FROM jsonb_to_recordset(\(JSONValue.array(consumption).serialized)::jsonb) AS r(notification_uuid text, environment text, bundle_id text,
+                    transaction_id text, original_transaction_id text, product_type text, reason text, requested_at bigint)
+                ORDER BY r.notification_uuid
+                ON CONFLICT DO NOTHING
+                """,
+                logger: logger)
+        }
         let transactions = Self.newestTransactions(firstSeen).sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
@@ -290,6 +307,18 @@ public struct EntitlementStore: Sendable {
     static func millis(_ timestamp: Timestamp?) -> JSONValue { timestamp.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null }
     static func text(_ value: String?) -> JSONValue { value.map { .string($0) } ?? .null }
     static func integer<I: BinaryInteger>(_ value: I?) -> JSONValue { value.map { .number(JSONNumber(Int64($0))) } ?? .null }
+
+    static func consumptionRow(_ record: StoredNotification) -> JSONValue? {
+        let verified = record.verified
+        guard verified.payload.rawNotificationType == "CONSUMPTION_REQUEST", let transaction = verified.transactionInfo?.model,
+            let transactionId = transaction.transactionId
+        else { return nil }
+        return .object(JSONObject([
+            "notification_uuid": .string(record.deduplicationKey), "environment": .string(verified.environment.rawValue), "bundle_id": .string(verified.bundleId),
+            "transaction_id": .string(transactionId), "original_transaction_id": text(transaction.originalTransactionId), "product_type": text(transaction.rawType),
+            "reason": text(verified.payload.data?.rawConsumptionRequestReason), "requested_at": millis(verified.signedDate),
+        ]))
+    }
 
     static func archiveRow(_ record: StoredNotification) -> JSONValue {
         let verified = record.verified

@@ -221,5 +221,50 @@ public enum Migrations {
             "CREATE UNIQUE INDEX backfill_runs_unfinished ON backfill_runs (arguments_key) WHERE completed_at IS NULL",
             "ALTER TABLE notifications ADD COLUMN source text",
         ]),
+        // Apple as the source of truth: pending consumption requests (answer within 12 hours), each customer's
+        // transaction-history revision (an import asks only for what changed), and the reconcile/import checkpoints.
+        Migration(version: 7, name: "consumption requests, history revisions, pull checkpoints", sql: [
+            """
+            CREATE TABLE consumption_requests (
+                notification_uuid text PRIMARY KEY,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                transaction_id text NOT NULL,
+                original_transaction_id text,
+                product_type text,
+                reason text,
+                requested_at timestamptz NOT NULL,
+                deadline timestamptz NOT NULL,
+                answered_at timestamptz,
+                answer jsonb
+            )
+            """,
+            "CREATE INDEX consumption_requests_pending ON consumption_requests (deadline) WHERE answered_at IS NULL",
+            """
+            CREATE TABLE transaction_history_revisions (
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                transaction_id text NOT NULL,
+                revision text NOT NULL,
+                transactions integer NOT NULL DEFAULT 0,
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (environment, bundle_id, transaction_id)
+            )
+            """,
+            """
+            CREATE TABLE pull_runs (
+                id bigserial PRIMARY KEY,
+                command text NOT NULL,
+                arguments_key text NOT NULL,
+                position integer NOT NULL DEFAULT 0,
+                total integer NOT NULL DEFAULT 0,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now(),
+                completed_at timestamptz,
+                last_error text
+            )
+            """,
+            "CREATE UNIQUE INDEX pull_runs_unfinished ON pull_runs (command, arguments_key) WHERE completed_at IS NULL",
+        ]),
     ]
 }

@@ -21,6 +21,9 @@ public enum NotificationRecordHeader {
     public static let source = "source"
     /// A backfill's record: the result of Apple's last attempt to POST it (e.g. `TIMED_OUT`), as Apple wrote it.
     public static let sendAttemptResult = "send-attempt-result"
+    /// The pull side's own record kinds (`PulledRecordKind`: status snapshots, history transactions); absent on
+    /// Apple's notifications. Ingest never sets it, so nothing from the internet is read as one.
+    public static let recordKind = "record-kind"
 
     /// The archive's `source`: the header, bounded (it is only informational), or `ingest`.
     static func source(of headers: [KafkaHeader]) -> String {

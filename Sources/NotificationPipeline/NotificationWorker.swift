@@ -327,7 +327,8 @@ public final class NotificationWorker: Service, Sendable {
     func verify(_ batch: [KafkaConsumerMessage]) async -> [Result<VerifiedNotification, VerificationError>] {
         await withTaskGroup(of: (Int, Result<VerifiedNotification, VerificationError>).self) { group in
             for (index, message) in batch.enumerated() {
-                group.addTask { [verifier] in (index, await Self.verify(message.value, with: verifier)) }
+                let kind = message.headers.string(NotificationRecordHeader.recordKind)
+                group.addTask { [verifier] in (index, await Self.verify(message.value, kind: kind, with: verifier)) }
             }
             var results = [Result<VerifiedNotification, VerificationError>](repeating: .failure(.malformedJWS("not verified")), count: batch.count)
             for await (index, result) in group { results[index] = result }
@@ -338,10 +339,22 @@ public final class NotificationWorker: Service, Sendable {
     /// One record's verification as a value. A function of its own, not a `do throws(VerificationError)` inside
     /// the task closure: with Swift 6.3.1 at -O that closure returned a corrupt index (the release worker trapped
     /// in `results[index]` within a second of a 100 000-record benchmark; debug builds were fine).
-    static func verify(_ value: [UInt8], with verifier: SignedPayloadVerifier) async -> Result<VerifiedNotification, VerificationError> {
-        guard let text = String(validating: value, as: UTF8.self) else { return .failure(.malformedJWS("the record is not UTF-8 text")) }
+    ///
+    /// `kind`: the `record-kind` header. Absent on Apple's notifications (ingest never sets it); the pull side's
+    /// records name theirs, and an unknown kind is refused rather than guessed at.
+    static func verify(_ value: [UInt8], kind: String? = nil, with verifier: SignedPayloadVerifier) async -> Result<VerifiedNotification, VerificationError> {
         do {
-            return .success(try await verifier.verifyNotification(text))
+            switch kind.map(PulledRecordKind.init(rawValue:)) {
+            case nil:
+                guard let text = String(validating: value, as: UTF8.self) else { return .failure(.malformedJWS("the record is not UTF-8 text")) }
+                return .success(try await verifier.verifyNotification(text))
+            case .statusSnapshot?:
+                return .success(try await verifier.verifyStatusSnapshot(value))
+            case .historyTransaction?:
+                return .success(try await verifier.verifyHistoryTransaction(value))
+            case .some(nil):
+                return .failure(.malformedPayload("the record kind \(UntrustedText.quoted(kind ?? "", limit: 40)) is not one this version knows"))
+            }
         } catch {
             return .failure(error)
         }

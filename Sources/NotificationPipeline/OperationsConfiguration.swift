@@ -40,7 +40,8 @@ public struct OperationsConfiguration: Sendable {
     /// What `backfill` and `test-notification` read (AppStoreServerAPIConfiguration.fromEnvironment).
     public static let appStoreKeys = [
         "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_RATE_LIMIT_HISTORY",
-        "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_MAX_ATTEMPTS",
+        "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_RATE_LIMIT_STATUSES", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY", "APPSTORE_RATE_LIMIT_CONSUMPTION",
+        "APPSTORE_MAX_ATTEMPTS",
     ]
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {

@@ -84,6 +84,33 @@ public final class FakeAppStoreServerAPI: Sendable {
         var tests: [String: (polls: Int, signedPayload: String?, attempts: [SendAttemptItem])] = [:]
         /// Extra entries served in history only (e.g. an unknown send-attempt result).
         var extraHistory: [SentNotification] = []
+        /// Apple's truth per subscription (originalTransactionId), for statuses and transaction history.
+        var subscriptions: [String: Subscription] = [:]
+        /// Any transaction id → its subscription.
+        var transactionOwners: [String: String] = [:]
+        /// Raw statuses answers by id, to serve what Apple never would (a forged JWS, an unknown status).
+        var rawStatuses: [String: String] = [:]
+        /// Consumption answers received (transaction id → body).
+        var consumptionAnswers: [String: String] = [:]
+    }
+
+    /// What Apple knows of one subscription: its current status and every signed transaction, oldest first.
+    public struct Subscription: Sendable {
+        public var originalTransactionId: String
+        public var subscriptionGroupIdentifier: String
+        public var status: Int32
+        public var signedTransactionInfo: String
+        public var signedRenewalInfo: String?
+        public var history: [String]
+
+        public init(originalTransactionId: String, subscriptionGroupIdentifier: String, status: Int32, signedTransactionInfo: String, signedRenewalInfo: String?, history: [String]) {
+            self.originalTransactionId = originalTransactionId
+            self.subscriptionGroupIdentifier = subscriptionGroupIdentifier
+            self.status = status
+            self.signedTransactionInfo = signedTransactionInfo
+            self.signedRenewalInfo = signedRenewalInfo
+            self.history = history
+        }
     }
 
     let state: Mutex<State>
@@ -111,6 +138,9 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.post("/inApps/v1/notifications/history") { request, _ in try await self.history(request) }
         router.post("/inApps/v1/notifications/test") { request, _ in try await self.requestTest(request) }
         router.get("/inApps/v1/notifications/test/:token") { request, context in try await self.testStatus(request, token: context.parameters.get("token") ?? "") }
+        router.get("/inApps/v1/subscriptions/:id") { request, context in try await self.statuses(request, id: context.parameters.get("id") ?? "") }
+        router.get("/inApps/v2/history/:id") { request, context in try await self.transactionHistory(request, id: context.parameters.get("id") ?? "") }
+        router.put("/inApps/v2/transactions/consumption/:id") { request, context in try await self.consumption(request, id: context.parameters.get("id") ?? "") }
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = Application(
             router: router, configuration: .init(address: .hostname(host, port: requestedPort), serverName: "fake-appstore-api"),
@@ -143,6 +173,24 @@ public final class FakeAppStoreServerAPI: Sendable {
     public func setIngestURL(_ url: String?) {
         state.withLock { $0.configuration.ingestURL = url }
     }
+
+    /// Sets (or moves on) Apple's truth for a subscription: its status, latest signed transaction and renewal info,
+    /// and its whole history; every transaction id in the history then finds it.
+    public func setSubscription(_ subscription: Subscription) {
+        let ids = subscription.history.compactMap { UnverifiedPeek.payload(of: $0)?["transactionId"]?.stringValue }
+        state.withLock { state in
+            state.subscriptions[subscription.originalTransactionId] = subscription
+            state.transactionOwners[subscription.originalTransactionId] = subscription.originalTransactionId
+            for id in ids { state.transactionOwners[id] = subscription.originalTransactionId }
+        }
+    }
+
+    /// Answers Get All Subscription Statuses for `id` with this body, whatever it is (bad-input tests).
+    public func setRawStatuses(_ body: String, for id: String) {
+        state.withLock { $0.rawStatuses[id] = body }
+    }
+
+    public var consumptionAnswers: [String: String] { state.withLock { $0.consumptionAnswers } }
 
     public var requests: [LoggedRequest] { state.withLock { $0.requests } }
     public var sent: [SentNotification] { state.withLock { $0.sent } }
@@ -301,6 +349,83 @@ public final class FakeAppStoreServerAPI: Sendable {
             log(request, status: 0)
             return Response(status: .ok, headers: [.contentLength: "4096"], body: ResponseBody { _ in throw FakeAPIError(reason: "dropped on purpose") })
         }
+    }
+
+    func statuses(_ request: Request, id: String) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        let answer: Response = state.withLock { state in
+            if let raw = state.rawStatuses[id] {
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: raw)))
+            }
+            guard let owner = state.transactionOwners[id], let subscription = state.subscriptions[owner] else {
+                return Self.appleError(.notFound, 4_040_010, "Transaction id not found.")
+            }
+            var item = JSONObject([
+                "originalTransactionId": .string(subscription.originalTransactionId), "status": .number(JSONNumber(Int64(subscription.status))),
+                "signedTransactionInfo": .string(subscription.signedTransactionInfo),
+            ])
+            if let renewal = subscription.signedRenewalInfo { item["signedRenewalInfo"] = .string(renewal) }
+            return Self.json(.ok, JSONObject([
+                "environment": .string(state.configuration.environment.rawValue), "bundleId": .string(state.configuration.bundleId),
+                "appAppleId": .number(JSONNumber(state.configuration.minter.appAppleId)),
+                "data": .array([.object(JSONObject([
+                    "subscriptionGroupIdentifier": .string(subscription.subscriptionGroupIdentifier), "lastTransactions": .array([.object(item)]),
+                ]))]),
+            ]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    /// Transaction History v2, oldest first, 20 a page; `revision` is how many of the customer's transactions
+    /// the caller has seen, so a later call with it returns only what was added since.
+    func transactionHistory(_ request: Request, id: String) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        let revision = request.uri.queryParameters.get("revision").map { String($0) }
+        let answer: Response = state.withLock { state in
+            guard let owner = state.transactionOwners[id], let subscription = state.subscriptions[owner] else {
+                return Self.appleError(.notFound, 4_040_010, "Transaction id not found.")
+            }
+            var offset = 0
+            if let revision {
+                guard revision.hasPrefix("rev-"), let seen = Int(revision.dropFirst(4)), seen <= subscription.history.count else {
+                    return Self.appleError(.badRequest, 4_000_005, "Invalid request revision.")
+                }
+                offset = seen
+            }
+            let page = Array(subscription.history.dropFirst(offset).prefix(state.configuration.pageSize))
+            let seen = offset + page.count
+            return Self.json(.ok, JSONObject([
+                "revision": .string("rev-\(seen)"), "hasMore": .bool(seen < subscription.history.count), "bundleId": .string(state.configuration.bundleId),
+                "appAppleId": .number(JSONNumber(state.configuration.minter.appAppleId)), "environment": .string(state.configuration.environment.rawValue),
+                "signedTransactions": .array(page.map(JSONValue.string)),
+            ]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func consumption(_ request: Request, id: String) async throws -> Response {
+        if let refusal = refusal(request) {
+            log(request, status: 401, refusal: refusal)
+            return Response(status: .unauthorized)
+        }
+        let body = try await request.body.collect(upTo: 1 << 16)
+        guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), object["customerConsented"] == .bool(true),
+            object["deliveryStatus"]?.stringValue != nil, object["sampleContentProvided"] != nil
+        else {
+            log(request, status: 400)
+            return Self.appleError(.badRequest, 4_000_035, "Invalid customer consented.")
+        }
+        state.withLock { $0.consumptionAnswers[id] = object.serialized }
+        log(request, status: 202)
+        return Response(status: .accepted)
     }
 
     func requestTest(_ request: Request) async throws -> Response {

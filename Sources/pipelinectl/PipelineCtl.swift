@@ -13,7 +13,8 @@ struct PipelineCtl: AsyncParsableCommand {
             """,
         subcommands: [
             VerifyCommand.self, MigrateCommand.self, EntitlementsCommand.self, TopicsCommand.self, LagCommand.self, ReplayCommand.self,
-            DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self,
+            DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self, ReconcileCommand.self, ImportCommand.self,
+            ConsumptionCommand.self,
         ]
     )
 }

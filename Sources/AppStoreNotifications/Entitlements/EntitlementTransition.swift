@@ -23,7 +23,9 @@
 /// | REFUND_DECLINED, CONSUMPTION_REQUEST, RENEWAL_EXTENSION, TEST, EXTERNAL_PURCHASE_TOKEN, RESCIND_CONSENT, ONE_TIME_CHARGE, unknown | no subscription state change (archived; one-time purchases are recorded per transaction) |
 ///
 /// Apple's `data.status`, when present, is Apple's own view at signedDate and wins over the mapping for the
-/// status (except that a refund is reported as `refunded`, a subtype of Apple's "revoked").
+/// status (except that a refund is reported as `refunded`, a subtype of Apple's "revoked"). A status snapshot
+/// (`STATUS_SNAPSHOT`, from Get All Subscription Statuses) is exactly that view, with nothing else to map: it
+/// refreshes the fields and sets the status, ordered by its signedDate like any notification.
 ///
 /// **Order.** Notifications of one subscription take effect in `EntitlementTransition.Order`: signedDate, then
 /// Apple's status severity, then notificationUUID. A notification not after the row's order is stale (a late or
@@ -94,8 +96,13 @@ public enum EntitlementTransition {
         else { return .notApplicable }
         let payload = notification.payload
         let type = payload.notificationType
+        // A status snapshot (reconcile, import) is Apple's status at its signedDate: fields refresh from its
+        // transaction and renewal info, and its status decides, like any notification's `data.status`.
+        let isSnapshot = payload.rawNotificationType == StatusSnapshotDocument.notificationType
         switch type {
-        case .none, .test, .externalPurchaseToken, .rescindConsent, .oneTimeCharge, .consumptionRequest, .refundDeclined, .renewalExtension:
+        case .none where !isSnapshot:
+            return .notApplicable
+        case .test, .externalPurchaseToken, .rescindConsent, .oneTimeCharge, .consumptionRequest, .refundDeclined, .renewalExtension:
             return .notApplicable
         default:
             break

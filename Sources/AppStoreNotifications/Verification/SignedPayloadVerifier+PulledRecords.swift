@@ -1,0 +1,193 @@
+import Crypto
+
+/// What the pull side (pipelinectl reconcile and import) puts on the notifications topic beside Apple's
+/// notifications, named by the record header `record-kind`. Ingest never sets that header, so nothing POSTed from
+/// the internet is read as one of these; each is verified exactly like a notification's nested JWSs.
+public enum PulledRecordKind: String, Sendable, CaseIterable {
+    /// One subscription's entry of Get All Subscription Statuses: Apple's current status with its signed
+    /// transaction and renewal info (a JSON document, `StatusSnapshotDocument`).
+    case statusSnapshot = "status-snapshot"
+    /// One signed transaction of Get Transaction History (the JWS itself).
+    case historyTransaction = "history-transaction"
+}
+
+/// A status snapshot as produced to the topic: the statuses response's identity fields, the subscription group,
+/// and one `lastTransactions` item, unchanged. Only the JWSs in it are signed; the identity is checked against the
+/// configured apps and bound to the JWSs like a notification's.
+public struct StatusSnapshotDocument: Sendable, Hashable {
+    /// The synthetic notificationType under which a snapshot is archived and shown as an entitlement's last event.
+    public static let notificationType = "STATUS_SNAPSHOT"
+
+    public var environment: String
+    public var bundleId: String
+    public var appAppleId: Int64?
+    public var subscriptionGroupIdentifier: String?
+    /// Apple's status: 1 active, 2 expired, 3 billing retry, 4 billing grace period, 5 revoked.
+    public var status: Int32
+    public var originalTransactionId: String
+    public var signedTransactionInfo: String
+    public var signedRenewalInfo: String?
+
+    public init(
+        environment: String, bundleId: String, appAppleId: Int64?, subscriptionGroupIdentifier: String?, status: Int32, originalTransactionId: String,
+        signedTransactionInfo: String, signedRenewalInfo: String?
+    ) {
+        self.environment = environment
+        self.bundleId = bundleId
+        self.appAppleId = appAppleId
+        self.subscriptionGroupIdentifier = subscriptionGroupIdentifier
+        self.status = status
+        self.originalTransactionId = originalTransactionId
+        self.signedTransactionInfo = signedTransactionInfo
+        self.signedRenewalInfo = signedRenewalInfo
+    }
+
+    /// The ledger key: the same snapshot (status and signed bytes) is applied once, however often it is produced.
+    public var notificationUUID: String {
+        var digest = SHA256()
+        digest.update(data: Array("\(status)|\(signedTransactionInfo)|\(signedRenewalInfo ?? "")".utf8))
+        return "snapshot-" + Hex.encode(Array(digest.finalize())).prefix(32)
+    }
+
+    public var json: JSONObject {
+        var object = JSONObject([
+            "recordKind": .string(PulledRecordKind.statusSnapshot.rawValue), "environment": .string(environment), "bundleId": .string(bundleId),
+            "status": .number(JSONNumber(Int64(status))), "originalTransactionId": .string(originalTransactionId),
+            "signedTransactionInfo": .string(signedTransactionInfo),
+        ])
+        if let appAppleId { object["appAppleId"] = .number(JSONNumber(appAppleId)) }
+        if let subscriptionGroupIdentifier { object["subscriptionGroupIdentifier"] = .string(subscriptionGroupIdentifier) }
+        if let signedRenewalInfo { object["signedRenewalInfo"] = .string(signedRenewalInfo) }
+        return object
+    }
+
+    public init(json object: JSONObject) throws(VerificationError) {
+        func string(_ key: String) throws(VerificationError) -> String? {
+            switch object[key] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            case let other?: throw .malformedPayload("the status snapshot's \(key) is \(other.typeName), not a string")
+            }
+        }
+        func integer(_ key: String) throws(VerificationError) -> Int64? {
+            switch object[key] {
+            case nil, .null?: return nil
+            case .number(let number)?:
+                guard let value = number.int64Value else { throw .malformedPayload("the status snapshot's \(key) is \(number.literal), not a whole number") }
+                return value
+            case let other?: throw .malformedPayload("the status snapshot's \(key) is \(other.typeName), not a number")
+            }
+        }
+        func required<T>(_ value: T?, _ key: String) throws(VerificationError) -> T {
+            guard let value else { throw .malformedPayload("the status snapshot has no \(key)") }
+            return value
+        }
+        environment = try required(try string("environment"), "environment")
+        bundleId = try required(try string("bundleId"), "bundleId")
+        appAppleId = try integer("appAppleId")
+        subscriptionGroupIdentifier = try string("subscriptionGroupIdentifier")
+        let rawStatus = try required(try integer("status"), "status")
+        guard let status = Int32(exactly: rawStatus) else { throw .malformedPayload("the status snapshot's status \(rawStatus) is out of range") }
+        self.status = status
+        originalTransactionId = try required(try string("originalTransactionId"), "originalTransactionId")
+        signedTransactionInfo = try required(try string("signedTransactionInfo"), "signedTransactionInfo")
+        signedRenewalInfo = try string("signedRenewalInfo")
+    }
+}
+
+extension SignedPayloadVerifier {
+    /// Verifies a status snapshot record: the identity against the configured apps (as a notification's), each JWS
+    /// (chain, signature, bound to that identity), that they are about the snapshot's subscription, and that
+    /// Apple's status agrees with the signed revocation. Returns it as a notification of type `STATUS_SNAPSHOT`
+    /// signed at the later of its JWSs' signedDates, so the one state machine, order and store apply to it.
+    /// A status this version does not know is refused (dead-lettered, so an upgrade can re-drive it): the state
+    /// machine cannot tell what access it grants.
+    public func verifyStatusSnapshot(_ value: [UInt8]) async throws(VerificationError) -> VerifiedNotification {
+        let object: JSONObject
+        do {
+            object = try StrictJSONParser(maximumDepth: 8).parseObject(value)
+        } catch {
+            throw .malformedPayload("the status snapshot is not a JSON object: \(error)")
+        }
+        let document = try StatusSnapshotDocument(json: object)
+        guard let status = SubscriptionStatus(rawValue: document.status) else {
+            throw .malformedPayload("the status snapshot's status \(document.status) is not one this version knows (1…5); kept for a re-drive after an upgrade")
+        }
+        let (bundleId, environment) = try checkIdentity(
+            bundleId: document.bundleId, appAppleId: document.appAppleId, checksAppAppleId: true, environment: document.environment, of: "the status snapshot")
+        let binding = Binding(bundleId: bundleId, environment: environment, appAppleId: document.appAppleId)
+        let transaction: VerifiedPayload<JWSTransactionDecodedPayload>
+        do throws(VerificationError) {
+            transaction = try finishTransaction(try await verifyJWS(document.signedTransactionInfo, expected: .transaction), boundTo: binding)
+        } catch {
+            throw .nestedInvalid(.signedTransactionInfo, error)
+        }
+        var renewal: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
+        if let signed = document.signedRenewalInfo {
+            do throws(VerificationError) {
+                renewal = try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
+            } catch {
+                throw .nestedInvalid(.signedRenewalInfo, error)
+            }
+        }
+        guard transaction.model.originalTransactionId == document.originalTransactionId,
+            renewal.map({ $0.model.originalTransactionId == document.originalTransactionId }) ?? true
+        else {
+            throw .malformedPayload("the status snapshot's JWSs are not all about originalTransactionId \(UntrustedText.quoted(document.originalTransactionId))")
+        }
+        // The status is not signed: it must at least agree with what is (a revocation is signed in the transaction).
+        if (status == .revoked) != (transaction.model.revocationDate != nil) {
+            throw .malformedPayload("the status snapshot says status \(document.status) but the signed transaction \(transaction.model.revocationDate == nil ? "has no" : "has a") revocationDate")
+        }
+        let signedDate = max(transaction.signedDate, renewal?.signedDate ?? transaction.signedDate)
+        let uuid = document.notificationUUID
+        var data = JSONObject([
+            "environment": .string(environment.rawValue), "bundleId": .string(bundleId), "status": .number(JSONNumber(Int64(document.status))),
+            "signedTransactionInfo": .string(document.signedTransactionInfo),
+        ])
+        if let appAppleId = document.appAppleId { data["appAppleId"] = .number(JSONNumber(appAppleId)) }
+        if let signed = document.signedRenewalInfo { data["signedRenewalInfo"] = .string(signed) }
+        let json = JSONObject([
+            "notificationType": .string(StatusSnapshotDocument.notificationType), "notificationUUID": .string(uuid), "data": .object(data),
+            "version": .string("2.0"), "signedDate": .number(JSONNumber(signedDate.millisecondsSince1970)),
+        ])
+        let payload = try decode(ResponseBodyV2DecodedPayload.self, json, what: "the status snapshot")
+        return VerifiedNotification(
+            payload: payload, json: json, signedDate: signedDate, bundleId: bundleId, environment: environment, transactionInfo: transaction,
+            renewalInfo: renewal, appTransactionInfo: nil)
+    }
+
+    /// The synthetic notificationType of a transaction imported from Get Transaction History.
+    public static let historyTransactionType = "TRANSACTION_HISTORY"
+
+    /// Verifies a transaction from Get Transaction History (its bundle id and environment against the configured
+    /// apps) and returns it as a notification of type `TRANSACTION_HISTORY`: stored in `transactions`, archived,
+    /// deduplicated by its bytes; it changes no entitlement by itself (the import's status snapshot does).
+    public func verifyHistoryTransaction(_ value: [UInt8]) async throws(VerificationError) -> VerifiedNotification {
+        guard let text = String(validating: value, as: UTF8.self) else { throw .malformedJWS("the record is not UTF-8 text") }
+        let jws = try await verifyJWS(text, expected: .transaction)
+        let transaction = try finishTransaction(jws, boundTo: nil)
+        guard let bundleId = transaction.model.bundleId, let environment = transaction.model.rawEnvironment.flatMap(Environment.init(rawValue:)) else {
+            throw .malformedPayload("the transaction names no bundleId or environment")
+        }
+        var digest = SHA256()
+        digest.update(data: Array(text.utf8))
+        let uuid = "transaction-" + (transaction.model.transactionId ?? "") + "-" + Hex.encode(Array(digest.finalize())).prefix(16)
+        let json = JSONObject([
+            "notificationType": .string(Self.historyTransactionType), "notificationUUID": .string(uuid),
+            "data": .object(JSONObject(["environment": .string(environment.rawValue), "bundleId": .string(bundleId), "signedTransactionInfo": .string(text)])),
+            "version": .string("2.0"), "signedDate": .number(JSONNumber(transaction.signedDate.millisecondsSince1970)),
+        ])
+        let payload = try decode(ResponseBodyV2DecodedPayload.self, json, what: "the history transaction")
+        return VerifiedNotification(
+            payload: payload, json: json, signedDate: transaction.signedDate, bundleId: bundleId, environment: environment, transactionInfo: transaction,
+            renewalInfo: nil, appTransactionInfo: nil)
+    }
+}
+
+/// A stable digest of text (not `hashValue`, which differs per process): checkpoint keys of id lists.
+public enum ContentDigest {
+    public static func sha256Hex(_ text: String) -> String {
+        Hex.encode(Array(SHA256.hash(data: Array(text.utf8))))
+    }
+}

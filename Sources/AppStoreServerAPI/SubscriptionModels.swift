@@ -1,0 +1,203 @@
+import AppStoreNotifications
+
+/// [lastTransactionsItem](https://developer.apple.com/documentation/appstoreserverapi/lasttransactionsitem):
+/// a subscription's status (kept raw: a value Apple adds later is carried) and its latest signed transaction and
+/// renewal info.
+public struct LastTransactionsItem: Sendable, Hashable {
+    public var status: Int32?
+    public var originalTransactionId: String?
+    public var signedTransactionInfo: String?
+    public var signedRenewalInfo: String?
+}
+
+/// [SubscriptionGroupIdentifierItem](https://developer.apple.com/documentation/appstoreserverapi/subscriptiongroupidentifieritem)
+public struct SubscriptionGroupIdentifierItem: Sendable, Hashable {
+    public var subscriptionGroupIdentifier: String?
+    public var lastTransactions: [LastTransactionsItem]
+}
+
+/// [StatusResponse](https://developer.apple.com/documentation/appstoreserverapi/statusresponse): Get All
+/// Subscription Statuses, grouped by subscription group.
+public struct StatusResponse: Sendable, Hashable {
+    public var environment: String?
+    public var bundleId: String?
+    public var appAppleId: Int64?
+    public var data: [SubscriptionGroupIdentifierItem]
+
+    public init(json object: JSONObject) throws(ModelDecodingError) {
+        let reader = ModelReader(object, path: "StatusResponse")
+        environment = try reader.optionalString("environment")
+        bundleId = try reader.optionalString("bundleId")
+        appAppleId = try reader.optionalInt64("appAppleId")
+        var groups: [SubscriptionGroupIdentifierItem] = []
+        for (index, element) in try reader.optionalArray("data").enumerated() {
+            let path = "StatusResponse.data[\(index)]"
+            guard case .object(let group) = element else { throw ModelDecodingError(path: path, reason: "is \(element.typeName), not an object") }
+            let groupReader = ModelReader(group, path: path)
+            var items: [LastTransactionsItem] = []
+            for (itemIndex, itemValue) in try groupReader.optionalArray("lastTransactions").enumerated() {
+                let itemPath = "\(path).lastTransactions[\(itemIndex)]"
+                guard case .object(let item) = itemValue else { throw ModelDecodingError(path: itemPath, reason: "is \(itemValue.typeName), not an object") }
+                let itemReader = ModelReader(item, path: itemPath)
+                let status = try itemReader.optionalInt64("status")
+                items.append(LastTransactionsItem(
+                    status: status.flatMap { Int32(exactly: $0) }, originalTransactionId: try itemReader.optionalString("originalTransactionId"),
+                    signedTransactionInfo: try itemReader.optionalString("signedTransactionInfo"), signedRenewalInfo: try itemReader.optionalString("signedRenewalInfo")))
+            }
+            groups.append(SubscriptionGroupIdentifierItem(subscriptionGroupIdentifier: try groupReader.optionalString("subscriptionGroupIdentifier"), lastTransactions: items))
+        }
+        data = groups
+    }
+
+    /// Every subscription in it as the document the workers verify (items without a signed transaction or
+    /// status are left out and counted by the caller).
+    public var snapshots: [StatusSnapshotDocument] {
+        data.flatMap { group in
+            group.lastTransactions.compactMap { item in
+                guard let status = item.status, let original = item.originalTransactionId, let signed = item.signedTransactionInfo else { return nil }
+                return StatusSnapshotDocument(
+                    environment: environment ?? "", bundleId: bundleId ?? "", appAppleId: appAppleId, subscriptionGroupIdentifier: group.subscriptionGroupIdentifier,
+                    status: status, originalTransactionId: original, signedTransactionInfo: signed, signedRenewalInfo: item.signedRenewalInfo)
+            }
+        }
+    }
+}
+
+/// [HistoryResponse](https://developer.apple.com/documentation/appstoreserverapi/historyresponse): one page of
+/// Get Transaction History v2.
+public struct HistoryResponse: Sendable, Hashable {
+    /// The token for the next page, and (stored per customer) for asking only for what changed since.
+    public var revision: String?
+    public var hasMore: Bool
+    public var bundleId: String?
+    public var appAppleId: Int64?
+    public var environment: String?
+    public var signedTransactions: [String]
+
+    public init(json object: JSONObject) throws(ModelDecodingError) {
+        let reader = ModelReader(object, path: "HistoryResponse")
+        revision = try reader.optionalString("revision")
+        hasMore = try reader.optionalBool("hasMore") ?? false
+        bundleId = try reader.optionalString("bundleId")
+        appAppleId = try reader.optionalInt64("appAppleId")
+        environment = try reader.optionalString("environment")
+        var transactions: [String] = []
+        for (index, value) in try reader.optionalArray("signedTransactions").enumerated() {
+            guard case .string(let signed) = value else { throw ModelDecodingError(path: "HistoryResponse.signedTransactions[\(index)]", reason: "is \(value.typeName), not a string") }
+            transactions.append(signed)
+        }
+        signedTransactions = transactions
+        if hasMore, revision?.isEmpty ?? true { throw ModelDecodingError(path: "HistoryResponse.revision", reason: "is missing although hasMore is true") }
+    }
+}
+
+/// The body of [Send Consumption Information](https://developer.apple.com/documentation/appstoreserverapi/send-consumption-information)
+/// (v2), checked against Apple's rules before anything is sent.
+public struct ConsumptionRequest: Sendable, Hashable {
+    public static let deliveryStatuses: Set<String> = [
+        "DELIVERED", "UNDELIVERED_QUALITY_ISSUE", "UNDELIVERED_WRONG_ITEM", "UNDELIVERED_SERVER_OUTAGE", "UNDELIVERED_OTHER",
+    ]
+    public static let refundPreferences: Set<String> = ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"]
+
+    public var customerConsented: Bool
+    public var deliveryStatus: String
+    public var sampleContentProvided: Bool
+    /// Milliunits: 0…100 000 (100 000 = all consumed).
+    public var consumptionPercentage: Int64?
+    public var refundPreference: String?
+
+    public init(customerConsented: Bool, deliveryStatus: String, sampleContentProvided: Bool, consumptionPercentage: Int64? = nil, refundPreference: String? = nil) {
+        self.customerConsented = customerConsented
+        self.deliveryStatus = deliveryStatus
+        self.sampleContentProvided = sampleContentProvided
+        self.consumptionPercentage = consumptionPercentage
+        self.refundPreference = refundPreference
+    }
+
+    /// Apple's rules, each refusal in the rule's words; `productType` is the transaction's `type`.
+    public func validate(productType: String?) throws(ConsumptionRuleViolation) {
+        guard customerConsented else {
+            throw ConsumptionRuleViolation(rule: "customerConsented must be true: Apple accepts consumption information only with the customer's consent")
+        }
+        guard Self.deliveryStatuses.contains(deliveryStatus) else {
+            throw ConsumptionRuleViolation(rule: "deliveryStatus must be one of \(Self.deliveryStatuses.sorted().joined(separator: ", "))")
+        }
+        if let refundPreference, !Self.refundPreferences.contains(refundPreference) {
+            throw ConsumptionRuleViolation(rule: "refundPreference must be one of \(Self.refundPreferences.sorted().joined(separator: ", "))")
+        }
+        if let consumptionPercentage {
+            if productType == "Auto-Renewable Subscription" {
+                throw ConsumptionRuleViolation(rule: "consumptionPercentage must be absent for an auto-renewable subscription")
+            }
+            guard (0...100_000).contains(consumptionPercentage) else {
+                throw ConsumptionRuleViolation(rule: "consumptionPercentage is in milliunits: 0…100000 (100000 = fully consumed)")
+            }
+            guard deliveryStatus == "DELIVERED" || consumptionPercentage == 0 else {
+                throw ConsumptionRuleViolation(rule: "consumptionPercentage must be 0 unless deliveryStatus is DELIVERED")
+            }
+        }
+    }
+
+    public var json: JSONObject {
+        var object = JSONObject([
+            "customerConsented": .bool(customerConsented), "deliveryStatus": .string(deliveryStatus), "sampleContentProvided": .bool(sampleContentProvided),
+        ])
+        if let consumptionPercentage { object["consumptionPercentage"] = .number(JSONNumber(consumptionPercentage)) }
+        if let refundPreference { object["refundPreference"] = .string(refundPreference) }
+        return object
+    }
+}
+
+/// A consumption answer refused locally, before any request, with Apple's rule.
+public struct ConsumptionRuleViolation: Error, Sendable, CustomStringConvertible {
+    public var rule: String
+    public var description: String { rule }
+}
+
+extension AppStoreServerAPIClient {
+    /// [Get All Subscription Statuses](https://developer.apple.com/documentation/appstoreserverapi/get-all-subscription-statuses).
+    public func subscriptionStatuses(bundleId: String, transactionId: String, status: [Int32] = []) async throws -> StatusResponse {
+        let endpoint = "GET /inApps/v1/subscriptions/{transactionId}"
+        var path = "/inApps/v1/subscriptions/" + Self.percentEncoded(transactionId)
+        if !status.isEmpty { path += "?" + status.map { "status=\($0)" }.joined(separator: "&") }
+        let object = try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil)
+        do {
+            return try StatusResponse(json: object)
+        } catch {
+            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
+        }
+    }
+
+    /// [Get Transaction History](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history) v2,
+    /// oldest first; `revision` from the previous page (or the last import) asks for what follows.
+    public func transactionHistory(bundleId: String, transactionId: String, revision: String?) async throws -> HistoryResponse {
+        let endpoint = "GET /inApps/v2/history/{transactionId}"
+        var path = "/inApps/v2/history/" + Self.percentEncoded(transactionId) + "?sort=ASCENDING"
+        if let revision { path += "&revision=" + Self.percentEncoded(revision) }
+        let object = try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .transactionHistory, body: nil)
+        do {
+            return try HistoryResponse(json: object)
+        } catch {
+            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
+        }
+    }
+
+    /// [Get Transaction Info](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-info).
+    public func transactionInfo(bundleId: String, transactionId: String) async throws -> String {
+        let endpoint = "GET /inApps/v1/transactions/{transactionId}"
+        let object = try await call(.GET, "/inApps/v1/transactions/" + Self.percentEncoded(transactionId), endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil)
+        guard let signed = object["signedTransactionInfo"]?.stringValue else {
+            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "TransactionInfoResponse.signedTransactionInfo is missing", endpoint: endpoint)
+        }
+        return signed
+    }
+
+    /// [Send Consumption Information](https://developer.apple.com/documentation/appstoreserverapi/send-consumption-information) v2
+    /// (Apple answers 202). The request is checked against Apple's rules first; a violation is thrown before any call.
+    public func sendConsumptionInformation(bundleId: String, transactionId: String, request: ConsumptionRequest, productType: String?) async throws {
+        try request.validate(productType: productType)
+        _ = try await call(
+            .PUT, "/inApps/v2/transactions/consumption/" + Self.percentEncoded(transactionId), endpoint: "PUT /inApps/v2/transactions/consumption/{transactionId}",
+            bundleId: bundleId, family: .consumption, body: request.json)
+    }
+}

@@ -1,0 +1,212 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import KafkaClient
+import Logging
+
+/// Produces what the pull side fetched to the notifications topic, as ingest produces notifications (acks=all,
+/// idempotent, keyed by originalTransactionId so a subscription's records stay in order), with `record-kind`.
+public struct PulledRecordProducer: Sendable {
+    public let producer: KafkaProducer
+    public let topic: String
+
+    public init(producer: KafkaProducer, topic: String) {
+        self.producer = producer
+        self.topic = topic
+    }
+
+    /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed.
+    public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for record in records {
+                let message = KafkaProducerMessage(
+                    topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
+                    headers: [
+                        KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
+                        KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
+                        KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
+                    ], timestamp: now)
+                group.addTask { _ = try await producer.sendAndAwait(message) }
+            }
+            try await group.waitForAll()
+        }
+    }
+}
+
+/// What a reconcile or an import did.
+public struct PullSummary: Sendable {
+    public var runId: Int64?
+    public var resumed = false
+    public var ids = 0
+    public var processed = 0
+    public var snapshots = 0
+    public var transactions = 0
+    /// Ids Apple does not know (4040010 and friends), with Apple's code: reported, not fatal.
+    public var unknownIds: [(id: String, code: Int64?)] = []
+    /// Statuses items with no signed transaction or status, left out.
+    public var incompleteItems = 0
+    /// Rows whose status, expiry or product differ after the snapshots were applied.
+    public var changes: [(originalTransactionId: String, before: EntitlementSummary?, after: EntitlementSummary?)] = []
+    /// Snapshot uuids the workers had not stored when the wait ended (0 when all were applied).
+    public var notApplied = 0
+}
+
+/// Apple's errors that mean "no such customer" for an id: reported per id, the run goes on.
+let unknownIdCodes: Set<Int64> = [4_040_010, 4_040_005, 4_000_006, 4_000_008, 4_040_001]
+
+/// `pipelinectl reconcile`: Get All Subscription Statuses for each id, each subscription in it produced as a
+/// status snapshot; the workers verify and apply it through the state machine (Apple's status is the truth as of
+/// the JWSs' signedDate; a later notification still wins). Resumable by position in the id list.
+public struct StatusReconciler: Sendable {
+    public let api: AppStoreServerAPIClient
+    public let producer: PulledRecordProducer
+    public let store: EntitlementStore
+    public let logger: Logger
+
+    public init(api: AppStoreServerAPIClient, producer: PulledRecordProducer, store: EntitlementStore, logger: Logger) {
+        self.api = api
+        self.producer = producer
+        self.store = store
+        self.logger = logger
+    }
+
+    public func run(
+        bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
+        progress: @Sendable (PullSummary) -> Void = { _ in }
+    ) async throws -> PullSummary {
+        var summary = PullSummary()
+        summary.ids = ids.count
+        let checkpoint = try await store.openPullRun(command: "reconcile", argumentsKey: argumentsKey, total: ids.count, restart: restart)
+        summary.runId = checkpoint.id
+        summary.resumed = checkpoint.resumed
+        summary.processed = checkpoint.position
+        var before: [String: EntitlementSummary?] = [:]
+        var produced: [String: String] = [:]  // snapshot uuid -> originalTransactionId
+        do {
+            for (index, id) in ids.enumerated() where index >= checkpoint.position {
+                try await reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
+                summary.processed = index + 1
+                try await store.savePullRun(id: checkpoint.id, position: index + 1)
+                progress(summary)
+            }
+        } catch {
+            try? await store.finishPullRun(id: checkpoint.id, error: String(describing: error))
+            throw error
+        }
+        try await store.finishPullRun(id: checkpoint.id, error: nil)
+        try await awaitApplied(produced, wait: wait, summary: &summary)
+        try await diff(before, environment: environment, bundleId: bundleId, summary: &summary)
+        return summary
+    }
+
+    /// One id: its statuses, each subscription in them produced as a snapshot (after noting its row as it was).
+    func reconcile(
+        _ id: String, bundleId: String, environment: Environment, summary: inout PullSummary, before: inout [String: EntitlementSummary?], produced: inout [String: String]
+    ) async throws {
+        let response: StatusResponse
+        do {
+            response = try await api.subscriptionStatuses(bundleId: bundleId, transactionId: id)
+        } catch let error as AppStoreServerAPIError where unknownIdCodes.contains(error.errorCode ?? 0) {
+            summary.unknownIds.append((id, error.errorCode))
+            return
+        }
+        let documents = response.snapshots
+        summary.incompleteItems += response.data.reduce(0) { $0 + $1.lastTransactions.count } - documents.count
+        let ids = documents.map(\.originalTransactionId)
+        let current = try await store.entitlementSummaries(environment: environment.rawValue, bundleId: bundleId, originalTransactionIds: ids)
+        for id in ids where before[id] == nil { before[id] = .some(current[id]) }
+        try await producer.produce(documents.map { (PulledRecordKind.statusSnapshot, $0.originalTransactionId, Array($0.json.serialized.utf8), "statuses") })
+        for document in documents { produced[document.notificationUUID] = document.originalTransactionId }
+        summary.snapshots += documents.count
+    }
+
+    /// Waits (up to `wait`) until the workers stored every snapshot produced.
+    func awaitApplied(_ produced: [String: String], wait: Duration, summary: inout PullSummary) async throws {
+        let deadline = ContinuousClock.now + wait
+        var missing = Set(produced.keys)
+        while !missing.isEmpty {
+            missing.subtract(try await store.notificationsInLedger(Array(missing)))
+            guard !missing.isEmpty, ContinuousClock.now < deadline else { break }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        summary.notApplied = missing.count
+    }
+
+    func diff(_ before: [String: EntitlementSummary?], environment: Environment, bundleId: String, summary: inout PullSummary) async throws {
+        let after = try await store.entitlementSummaries(environment: environment.rawValue, bundleId: bundleId, originalTransactionIds: Array(before.keys))
+        for id in before.keys.sorted() where before[id]! != after[id] {
+            summary.changes.append((id, before[id]!, after[id]))
+        }
+    }
+}
+
+/// `pipelinectl import`: every page of Get Transaction History v2 for each id, each signed transaction produced as
+/// its own record kind, then a status snapshot; each customer's last `revision` is stored, so the next import of
+/// the same ids asks Apple only for what changed.
+public struct HistoryImporter: Sendable {
+    public let reconciler: StatusReconciler
+
+    public init(reconciler: StatusReconciler) {
+        self.reconciler = reconciler
+    }
+
+    public func run(
+        bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
+        progress: @Sendable (PullSummary) -> Void = { _ in }
+    ) async throws -> PullSummary {
+        let store = reconciler.store
+        var summary = PullSummary()
+        summary.ids = ids.count
+        let checkpoint = try await store.openPullRun(command: "import", argumentsKey: argumentsKey, total: ids.count, restart: restart)
+        summary.runId = checkpoint.id
+        summary.resumed = checkpoint.resumed
+        summary.processed = checkpoint.position
+        var before: [String: EntitlementSummary?] = [:]
+        var produced: [String: String] = [:]
+        do {
+            for (index, id) in ids.enumerated() where index >= checkpoint.position {
+                if try await importHistory(id, bundleId: bundleId, environment: environment, summary: &summary) {
+                    try await reconciler.reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
+                }
+                summary.processed = index + 1
+                try await store.savePullRun(id: checkpoint.id, position: index + 1)
+                progress(summary)
+            }
+        } catch {
+            try? await store.finishPullRun(id: checkpoint.id, error: String(describing: error))
+            throw error
+        }
+        try await store.finishPullRun(id: checkpoint.id, error: nil)
+        try await reconciler.awaitApplied(produced, wait: wait, summary: &summary)
+        try await reconciler.diff(before, environment: environment, bundleId: bundleId, summary: &summary)
+        return summary
+    }
+
+    /// Pages from the stored revision on; the revision is saved after each page's records were acknowledged.
+    /// False when Apple does not know the id.
+    func importHistory(_ id: String, bundleId: String, environment: Environment, summary: inout PullSummary) async throws -> Bool {
+        let store = reconciler.store
+        var revision = try await store.historyRevision(environment: environment.rawValue, bundleId: bundleId, transactionId: id)
+        while true {
+            let page: HistoryResponse
+            do {
+                page = try await reconciler.api.transactionHistory(bundleId: bundleId, transactionId: id, revision: revision)
+            } catch let error as AppStoreServerAPIError where unknownIdCodes.contains(error.errorCode ?? 0) {
+                summary.unknownIds.append((id, error.errorCode))
+                return false
+            }
+            try await reconciler.producer.produce(page.signedTransactions.map { signed in
+                let key = UnverifiedPeek.payload(of: signed)?["originalTransactionId"]?.stringValue
+                return (PulledRecordKind.historyTransaction, key, Array(signed.utf8), "transaction-history")
+            })
+            summary.transactions += page.signedTransactions.count
+            if let next = page.revision {
+                try await store.saveHistoryRevision(environment: environment.rawValue, bundleId: bundleId, transactionId: id, revision: next, added: page.signedTransactions.count)
+                revision = next
+            }
+            guard page.hasMore else { return true }
+        }
+    }
+}

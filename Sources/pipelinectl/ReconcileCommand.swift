@@ -1,0 +1,185 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import ArgumentParser
+import EntitlementStore
+import Foundation
+import KafkaClient
+import NotificationPipeline
+
+/// Which subscriptions a pull command asks Apple about.
+struct IdSelection: ParsableArguments {
+    @Option(name: .customLong("transaction-id"), parsing: .upToNextOption, help: "Transaction ids (any of the customer's; original ones are best).")
+    var transactionIds: [String] = []
+    @Option(help: "A file of transaction ids, one a line (- for stdin).") var fromFile: String?
+
+    func ids() throws -> [String] {
+        var ids = transactionIds
+        if let fromFile {
+            let text: String
+            if fromFile == "-" {
+                text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+            } else {
+                do { text = try String(contentsOfFile: fromFile, encoding: .utf8) } catch { throw ValidationError("--from-file \(UntrustedText.quoted(fromFile)) cannot be read") }
+            }
+            ids += text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        }
+        for id in ids where !id.allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLetter || $0 == "-") }) || id.count > 64 {
+            throw ValidationError("\(UntrustedText.quoted(id)) is not a transaction id")
+        }
+        var seen: Set<String> = []
+        return ids.filter { seen.insert($0).inserted }
+    }
+}
+
+/// Prints a pull summary: counts, unknown ids, and every row that changed.
+func printPullSummary(_ summary: PullSummary, command: String, json: Bool) {
+    func describe(_ row: EntitlementSummary?) -> JSONValue {
+        guard let row else { return .null }
+        return .object(JSONObject([
+            "status": .string(row.status), "expiresAt": jsonValue(row.expiresAt.map(Timestamp.init(millisecondsSince1970:))), "productId": jsonValue(row.productId),
+        ]))
+    }
+    if json {
+        printJSON(.object(JSONObject([
+            "run": jsonValue(summary.runId), "resumed": .bool(summary.resumed), "ids": jsonValue(summary.ids), "processed": jsonValue(summary.processed),
+            "snapshots": jsonValue(summary.snapshots), "transactions": jsonValue(summary.transactions), "incompleteItems": jsonValue(summary.incompleteItems),
+            "notApplied": jsonValue(summary.notApplied),
+            "unknownIds": .array(summary.unknownIds.map { .object(JSONObject(["transactionId": .string($0.id), "errorCode": jsonValue($0.code)])) }),
+            "changed": .array(summary.changes.map { change in
+                .object(JSONObject(["originalTransactionId": .string(change.originalTransactionId), "before": describe(change.before), "after": describe(change.after)]))
+            }),
+        ])))
+        return
+    }
+    func text(_ row: EntitlementSummary?) -> String {
+        guard let row else { return "(none)" }
+        return "\(row.status), expires \(row.expiresAt.map { Timestamp(millisecondsSince1970: $0).description } ?? "-"), \(row.productId ?? "-")"
+    }
+    print("\(command)\(summary.runId.map { " run \($0)" } ?? "")\(summary.resumed ? " (resumed)" : ""): \(summary.processed)/\(summary.ids) id(s), "
+        + "\(summary.snapshots) status snapshot(s)\(command == "import" ? ", \(summary.transactions) transaction(s)" : ""), \(summary.changes.count) row(s) changed")
+    for change in summary.changes { print("  \(change.originalTransactionId): \(text(change.before)) → \(text(change.after))") }
+    for unknown in summary.unknownIds { print("  unknown to Apple: \(unknown.id) (\(unknown.code.map(String.init) ?? "?"))") }
+    if summary.incompleteItems > 0 { print("  \(summary.incompleteItems) statuses item(s) without a signed transaction or status, left out") }
+    if summary.notApplied > 0 { print("  \(summary.notApplied) snapshot(s) not yet stored by the workers when the wait ended (they will be; check `pipelinectl lag`)") }
+}
+
+/// Runs `body` with what every pull command needs: the API client, a producer, the store (migrated).
+func withPullServices<T: Sendable>(
+    appStore: AppStoreOptions, connection: ConnectionOptions, _ body: @Sendable (AppStoreServerAPIClient, PulledRecordProducer, EntitlementStore) async throws -> T
+) async throws -> T {
+    let operations = try connection.configuration()
+    let api = try appStore.client { error, wait in FileHandle.standardError.write(Data("waiting \(wait) before retrying: \(error)\n".utf8)) }
+    var producerConfiguration = KafkaProducerConfiguration(client: try operations.requireKafka())
+    producerConfiguration.deliveryTimeoutMilliseconds = 30_000
+    let producer = try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
+    do {
+        let result = try await operations.withStore(logger: toolLogger) { store in
+            let pending = try await store.pendingMigrations()
+            guard pending.isEmpty else { throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first") }
+            return try await body(api, PulledRecordProducer(producer: producer, topic: operations.topic), store)
+        }
+        await producer.close()
+        await api.shutdown()
+        return result
+    } catch {
+        await producer.close()
+        await api.shutdown()
+        throw error
+    }
+}
+
+/// `pipelinectl reconcile`.
+struct ReconcileCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "reconcile",
+        abstract: "Make entitlements agree with Apple: fetch each subscription's status and apply it through the workers.",
+        discussion: """
+            Get All Subscription Statuses for each id; every subscription in the answer goes to the notifications topic
+            as a status snapshot, which the workers verify (every JWS, bound to your configured app) and apply through
+            the state machine: Apple's status is the truth as of its signedDate, and a later notification still wins.
+            Resumable like backfill; the summary lists the rows whose status, expiry or product changed, before → after.
+            Run it after a long outage, and nightly with --stale (the reconcile CronJob).
+            """)
+
+    @OptionGroup var appStore: AppStoreOptions
+    @OptionGroup var connection: ConnectionOptions
+    @OptionGroup var selection: IdSelection
+    @Flag(help: "Subscriptions whose expiry passed with no notification since (and, with --older-than, rows not updated that long).") var stale = false
+    @Option(help: "With --stale: also rows not updated for this long (e.g. 30d).") var olderThan: String?
+    @Flag(help: "Every subscription of the app in the database.") var all = false
+    @Option(help: "How long to wait for the workers to apply the snapshots before comparing (e.g. 2m).") var wait = "2m"
+    @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func validate() throws {
+        let chosen = [!selection.transactionIds.isEmpty || selection.fromFile != nil, stale, all].filter { $0 }.count
+        guard chosen == 1 else { throw ValidationError("choose one of --transaction-id/--from-file, --stale, --all") }
+        if olderThan != nil, !stale { throw ValidationError("--older-than goes with --stale") }
+    }
+
+    func run() async throws {
+        let environment = try appStore.resolvedEnvironment()
+        let listed = try selection.ids()
+        let waitMilliseconds = try parseDuration(wait, option: "--wait")
+        let olderThanMilliseconds = try olderThan.map { try parseDuration($0, option: "--older-than") }
+        let (stale, all, restart, bundleId) = (stale, all, restart, appStore.bundleId)
+        let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+            let ids: [String]
+            let key: String
+            if stale {
+                ids = try await store.staleSubscriptions(environment: environment.rawValue, bundleId: bundleId, notUpdatedForMilliseconds: olderThanMilliseconds)
+                key = "stale|\(bundleId)|\(environment.rawValue)|\(olderThanMilliseconds ?? -1)"
+            } else if all {
+                ids = try await store.allSubscriptions(environment: environment.rawValue, bundleId: bundleId)
+                key = "all|\(bundleId)|\(environment.rawValue)"
+            } else {
+                ids = listed
+                key = "ids|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
+            }
+            let reconciler = StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger)
+            return try await reconciler.run(
+                bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)
+            ) { progress in
+                FileHandle.standardError.write(Data("reconcile: \(progress.processed)/\(progress.ids) id(s), \(progress.snapshots) snapshot(s)\n".utf8))
+            }
+        }
+        printPullSummary(summary, command: "reconcile", json: json)
+    }
+}
+
+/// `pipelinectl import`.
+struct ImportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "import",
+        abstract: "Onboard existing subscribers: each customer's whole transaction history and current status, through the workers.",
+        discussion: """
+            For each transaction id (a file or stdin, one a line): every page of Get Transaction History v2 (each signed
+            transaction goes to the topic as its own record kind and lands in `transactions`), then a status snapshot
+            (so `entitlements` is current). Each customer's last revision is stored: importing the same ids again asks
+            Apple only for what changed. Ids Apple does not know (4040010 and friends) are reported, not fatal.
+            """)
+
+    @OptionGroup var appStore: AppStoreOptions
+    @OptionGroup var connection: ConnectionOptions
+    @OptionGroup var selection: IdSelection
+    @Option(help: "How long to wait for the workers to apply the snapshots before comparing (e.g. 2m).") var wait = "2m"
+    @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
+    @Flag(help: "Print the summary as JSON.") var json = false
+
+    func run() async throws {
+        let environment = try appStore.resolvedEnvironment()
+        let ids = try selection.ids()
+        guard !ids.isEmpty else { throw ValidationError("give the ids to import: --transaction-id or --from-file") }
+        let waitMilliseconds = try parseDuration(wait, option: "--wait")
+        let (restart, bundleId) = (restart, appStore.bundleId)
+        let key = "ids|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
+        let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+            let importer = HistoryImporter(reconciler: StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger))
+            return try await importer.run(bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)) {
+                progress in
+                FileHandle.standardError.write(Data("import: \(progress.processed)/\(progress.ids) id(s), \(progress.transactions) transaction(s)\n".utf8))
+            }
+        }
+        printPullSummary(summary, command: "import", json: json)
+    }
+}
