@@ -155,6 +155,14 @@ extension EntitlementStore {
         return result
     }
 
+    /// How many consumption requests wait for an answer, and the nearest deadline (ms), for the metrics.
+    public func pendingConsumptionSummary() async throws -> (count: Int, nearestDeadline: Int64?) {
+        let rows = try await client.query(
+            "SELECT count(*)::int, (extract(epoch FROM min(deadline)) * 1000)::bigint FROM consumption_requests WHERE answered_at IS NULL", logger: logger)
+        for try await (count, nearest) in rows.decode((Int, Int64?).self) { return (count, nearest) }
+        return (0, nil)
+    }
+
     /// Records Apple's acceptance of an answer to every pending request for `transactionId`.
     public func recordConsumptionAnswer(transactionId: String, answer: String) async throws {
         try await client.query(

@@ -1,3 +1,4 @@
+import Foundation
 import AppStoreNotifications
 import EntitlementStore
 import Hummingbird
@@ -28,9 +29,11 @@ public func buildWorkerServices(
     let postgres = PostgresClient(configuration: try configuration.postgresConfiguration(), backgroundLogger: logger)
     let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
+    let store = EntitlementStore(client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9)
+    let metrics = WorkerMetrics(registry: registry)
     let worker = NotificationWorker(
-        configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: EntitlementStore(client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9),
-        verifier: verifier, metrics: WorkerMetrics(registry: registry), logger: logger)
+        configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: store, verifier: verifier, metrics: metrics, logger: logger)
+    let consumptionGauge = ConsumptionRequestGauge(store: store, metrics: metrics, logger: logger)
 
     let router = Router()
     OperationsRoutes.add(to: router, registry: registry) { worker.notReadyReason }
@@ -39,5 +42,29 @@ public func buildWorkerServices(
         configuration: .init(address: .hostname(configuration.opsHost, port: configuration.opsPort), serverName: "appstore-worker"),
         onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
         logger: logger)
-    return WorkerServices(services: [postgres, deadLetters, consumer, worker, ops], worker: worker)
+    return WorkerServices(services: [postgres, deadLetters, consumer, worker, consumptionGauge, ops], worker: worker)
+}
+
+/// Reads the pending consumption requests every 30 s into the worker's gauges (each worker exports the same
+/// figure; dashboards take the max). A failed read keeps the last figure and is retried at the next tick.
+struct ConsumptionRequestGauge: Service {
+    let store: EntitlementStore
+    let metrics: WorkerMetrics
+    let logger: Logger
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let summary = try await store.pendingConsumptionSummary()
+                    metrics.consumptionRequestsPending.record(Double(summary.count))
+                    let now = Int64(Date().timeIntervalSince1970 * 1000)
+                    metrics.consumptionRequestDeadline.record(Double(summary.nearestDeadline.map { $0 - now } ?? 43_200_000) / 1000)
+                } catch {
+                    logger.debug("could not read pending consumption requests: \(error)")
+                }
+                try? await Task.sleep(for: .seconds(30))
+            }
+        }
+    }
 }

@@ -12,6 +12,10 @@ public struct WorkerMetrics: Sendable {
     let assignedPartitions: Gauge
     /// Failed attempts at the current batch's transaction (0 once it is stored): the alert for a stuck worker.
     let consecutiveBatchFailures: Gauge
+    /// Apple's consumption requests not answered yet, and the seconds until the nearest one's 12-hour deadline
+    /// (negative once missed): refunds are decided without your data after it.
+    let consumptionRequestsPending: Gauge
+    let consumptionRequestDeadline: Gauge
 
     public init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
@@ -30,6 +34,12 @@ public struct WorkerMetrics: Sendable {
             descriptor: .init(metricName: "worker_assigned_partitions", unitName: "", helpText: "Partitions this member owns; 0 on a member beyond the partition count"))
         consecutiveBatchFailures = registry.makeGauge(
             descriptor: .init(metricName: "worker_batch_failures_consecutive", unitName: "", helpText: "Failed attempts at storing the current batch (0 once stored)"))
+        consumptionRequestsPending = registry.makeGauge(
+            descriptor: .init(metricName: "worker_consumption_requests_pending", unitName: "", helpText: "CONSUMPTION_REQUEST notifications not answered yet"))
+        consumptionRequestDeadline = registry.makeGauge(
+            descriptor: .init(
+                metricName: "worker_consumption_request_deadline", unitName: "seconds",
+                helpText: "Seconds until the nearest unanswered consumption request's deadline (negative: missed; 43200 when none)"))
     }
 
     /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.

@@ -17,6 +17,7 @@ final class BackfillScene: @unchecked Sendable {
     let keyFile: String
     var ingest: RunningIngest?
     var workers: [Process] = []
+    var opsPorts: [Int] = []
     let group = TestServices.uniqueName("backfill")
 
     init(bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true) async throws {
@@ -26,7 +27,9 @@ final class BackfillScene: @unchecked Sendable {
         apple = try await FakeAppleFixture(minter: fixture.minter)
         keyFile = try apple.writeKey(to: fixture.directory)
         if withWorker {
-            workers.append(try await fixture.startWorker(group: group, postgresURL: database).process)
+            let (worker, port) = try await fixture.startWorker(group: group, postgresURL: database)
+            workers.append(worker)
+            opsPorts.append(port)
         } else {
             let migrate = try await run(["migrate"])
             #expect(migrate.status == 0, "pipelinectl migrate: \(migrate.output)")

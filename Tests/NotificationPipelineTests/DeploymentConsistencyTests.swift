@@ -232,8 +232,10 @@ struct DeploymentConsistencyTests {
         let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
         #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
         #expect(named("PodDisruptionBudget").count == 1 && named("Service").count == 1 && named("Job").count == 1)
-        let catchUp = try #require(named("CronJob").first, "the automatic catch-up")
-        #expect((catchUp["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "one catch-up pass at a time")
+        #expect(Set(named("CronJob").map(name)) == ["appstore-pipeline-catch-up", "appstore-pipeline-reconcile"], "the automatic catch-up and the nightly reconcile")
+        for cronJob in named("CronJob") {
+            #expect((cronJob["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "\(name(cronJob)): one pass at a time")
+        }
         #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort].sorted())
     }
 

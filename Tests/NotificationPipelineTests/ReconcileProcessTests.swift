@@ -246,6 +246,18 @@ struct ReconcileProcessTests {
         #expect(scene.apple.fake.consumptionAnswers["3300000000000001"]?.contains("\"consumptionPercentage\":25000") == true)
         let after = try await scene.run(["consumption", "pending", "--json"])
         #expect(!after.output.contains("3300000000000001") && after.output.contains("3300000000000002"), "answered requests leave the pending list")
+        // The worker's gauges (read every 30 s): two pending, the nearest deadline already missed.
+        let port = try #require(scene.opsPorts.first)
+        var metrics = ""
+        let deadline = ContinuousClock.now + .seconds(45)
+        while ContinuousClock.now < deadline {
+            metrics = (try? await HTTPTestConnection(port: port).send(method: "GET", path: "/metrics").bodyText) ?? ""
+            if metrics.contains("worker_consumption_requests_pending 2") { break }
+            try await Task.sleep(for: .seconds(1))
+        }
+        #expect(metrics.contains("worker_consumption_requests_pending 2"), "\(metrics.split(separator: "\n").filter { $0.contains("consumption") })")
+        let seconds = metrics.split(separator: "\n").first { $0.hasPrefix("worker_consumption_request_deadline_seconds ") }.flatMap { Double($0.split(separator: " ")[1]) }
+        #expect(seconds.map { $0 < 0 } == true, "the nearest deadline is reported as missed: \(String(describing: seconds))")
         await scene.finish()
     }
 
