@@ -297,6 +297,9 @@ struct BackfillProcessTests {
         scene.apple.fake.addHistoryOnly(unknownType, attempts: [
             SendAttemptItem(attemptDate: Int64(Date().timeIntervalSince1970 * 1000) - 30_000, sendAttemptResult: SendAttemptResult("QUANTUM_TUNNEL_COLLAPSED")),
         ])
+        let dryRun = try await scene.run(Self.backfillArguments + ["--dry-run"])
+        #expect(dryRun.status == 0 && scene.summary(dryRun.output)?["fetched"]?.int64Value == 1 && scene.summary(dryRun.output)?["produced"]?.int64Value == 0, "\(dryRun.output)")
+        #expect(try await scene.query("SELECT count(*)::int FROM backfill_runs", as: Int.self) == [0], "a dry run checkpoints nothing")
         let backfill = try await scene.run(Self.backfillArguments)
         #expect(backfill.status == 0, "\(backfill.output)")
         #expect(scene.summary(backfill.output)?["unknownSendAttemptResults"]?.int64Value == 1)
