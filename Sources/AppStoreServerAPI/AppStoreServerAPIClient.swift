@@ -52,39 +52,41 @@ public final class AppStoreServerAPIClient: Sendable {
     public func notificationHistory(bundleId: String, request: NotificationHistoryRequest, paginationToken: String?) async throws -> NotificationHistoryResponse {
         var path = "/inApps/v1/notifications/history"
         if let paginationToken { path += "?paginationToken=" + Self.percentEncoded(paginationToken) }
-        let object = try await call(.POST, path, endpoint: "POST /inApps/v1/notifications/history", bundleId: bundleId, family: .notificationHistory, body: request.json)
-        do {
-            return try NotificationHistoryResponse(json: object)
-        } catch {
-            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "the page is not what Apple documents: \(error)", endpoint: "POST /inApps/v1/notifications/history")
-        }
+        return try await call(
+            .POST, path, endpoint: "POST /inApps/v1/notifications/history", bundleId: bundleId, family: .notificationHistory, body: request.json,
+            decode: NotificationHistoryResponse.init(json:))
     }
 
     /// [Request a Test Notification](https://developer.apple.com/documentation/appstoreserverapi/request-a-test-notification).
     public func requestTestNotification(bundleId: String) async throws -> SendTestNotificationResponse {
-        let endpoint = "POST /inApps/v1/notifications/test"
-        let object = try await call(.POST, "/inApps/v1/notifications/test", endpoint: endpoint, bundleId: bundleId, family: .testNotification, body: nil)
-        do {
-            return try SendTestNotificationResponse(json: object)
-        } catch {
-            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
-        }
+        try await call(
+            .POST, "/inApps/v1/notifications/test", endpoint: "POST /inApps/v1/notifications/test", bundleId: bundleId, family: .testNotification, body: nil,
+            decode: SendTestNotificationResponse.init(json:))
     }
 
     /// [Get Test Notification Status](https://developer.apple.com/documentation/appstoreserverapi/get-test-notification-status).
     /// Apple answers 4040008 (TestNotificationNotFoundError) until the notification was sent.
     public func testNotificationStatus(bundleId: String, testNotificationToken: String) async throws -> CheckTestNotificationResponse {
-        let endpoint = "GET /inApps/v1/notifications/test/{testNotificationToken}"
-        let object = try await call(
-            .GET, "/inApps/v1/notifications/test/" + Self.percentEncoded(testNotificationToken), endpoint: endpoint, bundleId: bundleId, family: .testNotification, body: nil)
-        do {
-            return try CheckTestNotificationResponse(json: object)
-        } catch {
-            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
-        }
+        try await call(
+            .GET, "/inApps/v1/notifications/test/" + Self.percentEncoded(testNotificationToken), endpoint: "GET /inApps/v1/notifications/test/{testNotificationToken}",
+            bundleId: bundleId, family: .testNotification, body: nil, decode: CheckTestNotificationResponse.init(json:))
     }
 
     // MARK: - The call, its retries and its errors
+
+    /// One call whose answer is decoded by `decode`; an answer not of Apple's shape is a `malformedResponse`
+    /// naming the field.
+    func call<T>(
+        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?,
+        decode: (JSONObject) throws(ModelDecodingError) -> T
+    ) async throws -> T {
+        let object = try await call(method, path, endpoint: endpoint, bundleId: bundleId, family: family, body: body)
+        do {
+            return try decode(object)
+        } catch {
+            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "the answer is not what Apple documents: \(error)", endpoint: endpoint)
+        }
+    }
 
     func call(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?) async throws -> JSONObject {
         let policy = configuration.retryPolicy

@@ -160,12 +160,7 @@ extension AppStoreServerAPIClient {
         let endpoint = "GET /inApps/v1/subscriptions/{transactionId}"
         var path = "/inApps/v1/subscriptions/" + Self.percentEncoded(transactionId)
         if !status.isEmpty { path += "?" + status.map { "status=\($0)" }.joined(separator: "&") }
-        let object = try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil)
-        do {
-            return try StatusResponse(json: object)
-        } catch {
-            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
-        }
+        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil, decode: StatusResponse.init(json:))
     }
 
     /// [Get Transaction History](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history) v2,
@@ -174,12 +169,7 @@ extension AppStoreServerAPIClient {
         let endpoint = "GET /inApps/v2/history/{transactionId}"
         var path = "/inApps/v2/history/" + Self.percentEncoded(transactionId) + "?sort=ASCENDING"
         if let revision { path += "&revision=" + Self.percentEncoded(revision) }
-        let object = try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .transactionHistory, body: nil)
-        do {
-            return try HistoryResponse(json: object)
-        } catch {
-            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "\(error)", endpoint: endpoint)
-        }
+        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .transactionHistory, body: nil, decode: HistoryResponse.init(json:))
     }
 
     /// [Get Transaction Info](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-info).

@@ -76,9 +76,23 @@ public struct StatusReconciler: Sendable {
         bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
         progress: @Sendable (PullSummary) -> Void = { _ in }
     ) async throws -> PullSummary {
+        try await runOverIds(
+            command: "reconcile", bundleId: bundleId, environment: environment, ids: ids, argumentsKey: argumentsKey, restart: restart, wait: wait, progress: progress
+        ) { id, summary, before, produced in
+            try await reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
+        }
+    }
+
+    /// The frame both pull commands share: a checkpointed walk over `ids` (`pull_runs`, saved after each id), then
+    /// the wait for the workers to store the snapshots produced, then the before → after comparison.
+    func runOverIds(
+        command: String, bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
+        progress: @Sendable (PullSummary) -> Void,
+        each: (String, inout PullSummary, inout [String: EntitlementSummary?], inout [String: String]) async throws -> Void
+    ) async throws -> PullSummary {
         var summary = PullSummary()
         summary.ids = ids.count
-        let checkpoint = try await store.openPullRun(command: "reconcile", argumentsKey: argumentsKey, total: ids.count, restart: restart)
+        let checkpoint = try await store.openPullRun(command: command, argumentsKey: argumentsKey, total: ids.count, restart: restart)
         summary.runId = checkpoint.id
         summary.resumed = checkpoint.resumed
         summary.processed = checkpoint.position
@@ -86,7 +100,7 @@ public struct StatusReconciler: Sendable {
         var produced: [String: String] = [:]  // snapshot uuid -> originalTransactionId
         do {
             for (index, id) in ids.enumerated() where index >= checkpoint.position {
-                try await reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
+                try await each(id, &summary, &before, &produced)
                 summary.processed = index + 1
                 try await store.savePullRun(id: checkpoint.id, position: index + 1)
                 progress(summary)
@@ -156,32 +170,13 @@ public struct HistoryImporter: Sendable {
         bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
         progress: @Sendable (PullSummary) -> Void = { _ in }
     ) async throws -> PullSummary {
-        let store = reconciler.store
-        var summary = PullSummary()
-        summary.ids = ids.count
-        let checkpoint = try await store.openPullRun(command: "import", argumentsKey: argumentsKey, total: ids.count, restart: restart)
-        summary.runId = checkpoint.id
-        summary.resumed = checkpoint.resumed
-        summary.processed = checkpoint.position
-        var before: [String: EntitlementSummary?] = [:]
-        var produced: [String: String] = [:]
-        do {
-            for (index, id) in ids.enumerated() where index >= checkpoint.position {
-                if try await importHistory(id, bundleId: bundleId, environment: environment, summary: &summary) {
-                    try await reconciler.reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
-                }
-                summary.processed = index + 1
-                try await store.savePullRun(id: checkpoint.id, position: index + 1)
-                progress(summary)
+        try await reconciler.runOverIds(
+            command: "import", bundleId: bundleId, environment: environment, ids: ids, argumentsKey: argumentsKey, restart: restart, wait: wait, progress: progress
+        ) { id, summary, before, produced in
+            if try await importHistory(id, bundleId: bundleId, environment: environment, summary: &summary) {
+                try await reconciler.reconcile(id, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
             }
-        } catch {
-            try? await store.finishPullRun(id: checkpoint.id, error: String(describing: error))
-            throw error
         }
-        try await store.finishPullRun(id: checkpoint.id, error: nil)
-        try await reconciler.awaitApplied(produced, wait: wait, summary: &summary)
-        try await reconciler.diff(before, environment: environment, bundleId: bundleId, summary: &summary)
-        return summary
     }
 
     /// Pages from the stored revision on; the revision is saved after each page's records were acknowledged.

@@ -271,6 +271,13 @@ public final class FakeAppStoreServerAPI: Sendable {
         return nil
     }
 
+    /// Apple's 401 (no body) for a request whose token fails a check, logged with the reason; nil when it passes.
+    func unauthorized(_ request: Request) -> Response? {
+        guard let refusal = refusal(request) else { return nil }
+        log(request, status: 401, refusal: refusal)
+        return Response(status: .unauthorized)
+    }
+
     func log(_ request: Request, status: Int, refusal: String? = nil) {
         let entry = LoggedRequest(
             method: request.method.rawValue, path: request.uri.path, paginationToken: request.uri.queryParameters.get("paginationToken").map { String($0) }, status: status, at: Date(),
@@ -289,10 +296,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func history(_ request: Request) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         let body = try await request.body.collect(upTo: 1 << 20)
         guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), let query = try? NotificationHistoryRequest(json: object) else {
             log(request, status: 400)
@@ -352,10 +356,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func statuses(_ request: Request, id: String) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         let answer: Response = state.withLock { state in
             if let raw = state.rawStatuses[id] {
                 return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: raw)))
@@ -383,10 +384,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// Transaction History v2, oldest first, 20 a page; `revision` is how many of the customer's transactions
     /// the caller has seen, so a later call with it returns only what was added since.
     func transactionHistory(_ request: Request, id: String) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         let revision = request.uri.queryParameters.get("revision").map { String($0) }
         let answer: Response = state.withLock { state in
             guard let owner = state.transactionOwners[id], let subscription = state.subscriptions[owner] else {
@@ -412,10 +410,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func consumption(_ request: Request, id: String) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         let body = try await request.body.collect(upTo: 1 << 16)
         guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), object["customerConsented"] == .bool(true),
             object["deliveryStatus"]?.stringValue != nil, object["sampleContentProvided"] != nil
@@ -429,10 +424,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func requestTest(_ request: Request) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         log(request, status: 200)
         let token = UUID().uuidString.lowercased() + "_" + String(Int64(Date().timeIntervalSince1970 * 1000))
         let configuration = state.withLock { state in
@@ -459,10 +451,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func testStatus(_ request: Request, token: String) async throws -> Response {
-        if let refusal = refusal(request) {
-            log(request, status: 401, refusal: refusal)
-            return Response(status: .unauthorized)
-        }
+        if let refused = unauthorized(request) { return refused }
         let answer: Response = state.withLock { state in
             guard var test = state.tests[token] else { return Self.appleError(.badRequest, 4_000_020, "Invalid test notification token.") }
             test.polls += 1
