@@ -84,6 +84,37 @@ struct ReconcileProcessTests {
         await scene.finish()
     }
 
+    @Test("kill -9 of pipelinectl reconcile mid-run, then the same command: it resumes at the checkpointed id, none asked for twice")
+    func killAndResume() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, withWorker: false)
+        let minter = scene.fixture.minter
+        var ids: [String] = []
+        for index in 0..<20 {
+            var event = NotificationMinter.SubscriptionEvent.sample(seed: 9_500 + index, signedDate: 1_785_000_000_000, type: "DID_RENEW")
+            event.originalTransactionId = String(3_000_000_000_095_000 + index)
+            scene.apple.fake.setSubscription(Self.truth(event, minter: minter))
+            ids.append(event.originalTransactionId)
+        }
+        let arguments = ["reconcile"] + Self.app + ["--transaction-id"] + ids + ["--wait", "1s", "--json"]
+        let (process, _) = try scene.start(arguments, extra: ["APPSTORE_RATE_LIMIT_STATUSES": "4"])  // 4 at once, then one every 0.25 s
+        var position = 0
+        let deadline = ContinuousClock.now + .seconds(60)
+        while position < 8, process.isRunning, ContinuousClock.now < deadline {
+            position = try await scene.query("SELECT coalesce(max(position), 0) FROM pull_runs", as: Int.self).first ?? 0
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        await ChildProcess.kill(process)
+        let checkpoint = try #require(try await scene.query("SELECT position FROM pull_runs WHERE completed_at IS NULL", as: Int.self).first)
+        #expect(checkpoint >= 8 && checkpoint < 20, "killed mid-run at \(checkpoint)")
+        let before = scene.apple.fake.requests.count
+        let resumed = try await scene.run(arguments, extra: Self.fast)
+        #expect(resumed.status == 0, "\(resumed.output)")
+        #expect(scene.summary(resumed.output)?["resumed"] == .bool(true) && scene.summary(resumed.output)?["processed"]?.int64Value == 20)
+        let asked = scene.apple.fake.requests[before...].map { String($0.path.split(separator: "/").last ?? "") }
+        #expect(asked == Array(ids[checkpoint...]), "resumed at id \(checkpoint + 1), each later id asked once: \(asked)")
+        await scene.finish()
+    }
+
     @Test("ordering: an older notification after a snapshot changes nothing, a newer one wins, and a replay from earliest ends in the same database")
     func ordering() async throws {
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
