@@ -140,6 +140,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.get("/inApps/v1/notifications/test/:token") { request, context in try await self.testStatus(request, token: context.parameters.get("token") ?? "") }
         router.get("/inApps/v1/subscriptions/:id") { request, context in try await self.statuses(request, id: context.parameters.get("id") ?? "") }
         router.get("/inApps/v2/history/:id") { request, context in try await self.transactionHistory(request, id: context.parameters.get("id") ?? "") }
+        router.get("/inApps/v1/transactions/:id") { request, context in try await self.transactionInfo(request, id: context.parameters.get("id") ?? "") }
         router.put("/inApps/v2/transactions/consumption/:id") { request, context in try await self.consumption(request, id: context.parameters.get("id") ?? "") }
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = Application(
@@ -404,6 +405,20 @@ public final class FakeAppStoreServerAPI: Sendable {
                 "appAppleId": .number(JSONNumber(state.configuration.minter.appAppleId)), "environment": .string(state.configuration.environment.rawValue),
                 "signedTransactions": .array(page.map(JSONValue.string)),
             ]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    /// Get Transaction Info: that transaction as signed in the subscription's history (or its latest).
+    func transactionInfo(_ request: Request, id: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let answer: Response = state.withLock { state in
+            guard let owner = state.transactionOwners[id], let subscription = state.subscriptions[owner] else {
+                return Self.appleError(.notFound, 4_040_010, "Transaction id not found.")
+            }
+            let signed = subscription.history.first { UnverifiedPeek.payload(of: $0)?["transactionId"]?.stringValue == id } ?? subscription.signedTransactionInfo
+            return Self.json(.ok, JSONObject(["signedTransactionInfo": .string(signed)]))
         }
         log(request, status: Int(answer.status.code))
         return answer

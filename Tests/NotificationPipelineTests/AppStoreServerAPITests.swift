@@ -176,6 +176,37 @@ struct AppStoreServerAPITests {
         await client.shutdown()
     }
 
+    @Test("statuses, transaction history v2 (revision paging) and transaction info decode Apple's shapes; an unknown id is Apple's 4040010")
+    func subscriptionEndpoints() async throws {
+        let apple = try await FakeAppleFixture(minter: try minter())
+        defer { Task { await apple.fake.stop() } }
+        var events: [NotificationMinter.SubscriptionEvent] = []
+        for step in 0..<23 {
+            var event = NotificationMinter.SubscriptionEvent.sample(seed: 11, signedDate: 1_785_000_000_000 + Int64(step) * 1_000)
+            event.transactionId = String(3_400_000_000_000_000 + step)
+            events.append(event)
+        }
+        let history = events.map { apple.minter.chain.sign(apple.minter.transaction($0)) }
+        let last = events.last!
+        apple.fake.setSubscription(.init(
+            originalTransactionId: last.originalTransactionId, subscriptionGroupIdentifier: "21000001", status: 1, signedTransactionInfo: history.last!,
+            signedRenewalInfo: apple.minter.chain.sign(apple.minter.renewalInfo(last)), history: history))
+        let client = apple.client()
+        let statuses = try await client.subscriptionStatuses(bundleId: FakeAppleFixture.bundleId, transactionId: events[3].transactionId)
+        #expect(statuses.snapshots.count == 1 && statuses.snapshots.first?.status == 1 && statuses.snapshots.first?.originalTransactionId == last.originalTransactionId)
+        #expect(statuses.snapshots.first?.subscriptionGroupIdentifier == "21000001" && statuses.appAppleId == apple.minter.appAppleId)
+        let first = try await client.transactionHistory(bundleId: FakeAppleFixture.bundleId, transactionId: last.originalTransactionId, revision: nil)
+        #expect(first.signedTransactions == Array(history.prefix(20)) && first.hasMore)
+        let second = try await client.transactionHistory(bundleId: FakeAppleFixture.bundleId, transactionId: last.originalTransactionId, revision: first.revision)
+        #expect(second.signedTransactions == Array(history.suffix(3)) && !second.hasMore)
+        #expect(try await client.transactionInfo(bundleId: FakeAppleFixture.bundleId, transactionId: events[7].transactionId) == history[7])
+        let error = await #expect(throws: AppStoreServerAPIError.self) {
+            _ = try await client.transactionInfo(bundleId: FakeAppleFixture.bundleId, transactionId: "999")
+        }
+        #expect(error?.errorCode == 4_040_010 && error?.errorName == "TransactionIdNotFoundError" && error?.isRetryable == false)
+        await client.shutdown()
+    }
+
     @Test("the rate limiter keeps a burst under the configured rate by itself")
     func rateLimiter() async throws {
         let limiter = RequestRateLimiter()
