@@ -1,7 +1,7 @@
 /// The database schema, as numbered migrations. Applied in order, each once, recorded in `schema_migrations`,
 /// under a PostgreSQL advisory lock so that several workers starting at once do not race.
 ///
-/// The schema is a contract with the app backends that read it (see README, "Database schema"): columns are
+/// The schema is a contract with the app backends that read it (see docs/database-schema.md): columns are
 /// added, never renamed or dropped without a new major version.
 public enum Migrations {
     public struct Migration: Sendable {

@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import Foundation
 import KafkaClient
 import Prometheus
@@ -237,6 +238,37 @@ struct DeploymentConsistencyTests {
             #expect((cronJob["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "\(name(cronJob)): one pass at a time")
         }
         #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort].sorted())
+    }
+
+    // MARK: - Interfaces
+
+    @Test("docs/asyncapi.yaml documents every record header the code writes, and every pull record kind")
+    func asyncAPI() throws {
+        let document = try #require(try YAMLFile.load("docs/asyncapi.yaml").first as? [String: Any])
+        let messages = try #require((document["components"] as? [String: Any])?["messages"] as? [String: [String: Any]])
+        func headers(_ message: String) -> Set<String> {
+            Set(((messages[message]?["headers"] as? [String: Any])?["properties"] as? [String: Any] ?? [:]).keys)
+        }
+        let notification: Set<String> = [
+            NotificationRecordHeader.receivedAt, NotificationRecordHeader.ingestInstance, NotificationRecordHeader.requestId,
+            NotificationRecordHeader.environmentHint, NotificationRecordHeader.source, NotificationRecordHeader.sendAttemptResult,
+        ]
+        #expect(notification.subtracting(headers("appleNotification")).isEmpty, "\(notification.subtracting(headers("appleNotification")))")
+        for message in ["statusSnapshot", "historyTransaction"] { #expect(headers(message).contains(NotificationRecordHeader.recordKind), "\(message)") }
+        let kinds = Set(["statusSnapshot", "historyTransaction"].compactMap {
+            (((messages[$0]?["headers"] as? [String: Any])?["properties"] as? [String: Any])?[NotificationRecordHeader.recordKind] as? [String: Any])?["const"] as? String
+        })
+        #expect(kinds == Set(PulledRecordKind.allCases.map(\.rawValue)))
+        let deadLetter: Set<String> = [
+            DeadLetterHeader.errorCode, DeadLetterHeader.errorReason, DeadLetterHeader.errorCause, DeadLetterHeader.originalTopic,
+            DeadLetterHeader.originalPartition, DeadLetterHeader.originalOffset, DeadLetterHeader.originalTimestamp, DeadLetterHeader.consumerGroup,
+            DeadLetterHeader.failedAt, DeadLetterHeader.attempt, RedriveHeader.from, RedriveHeader.at, RedriveHeader.count,
+        ]
+        #expect(deadLetter.subtracting(headers("deadLetter")).isEmpty, "\(deadLetter.subtracting(headers("deadLetter")))")
+        let channels = try #require(document["channels"] as? [String: [String: Any]])
+        let defaults = OperationsConfiguration()
+        #expect(channels["notifications"]?["address"] as? String == defaults.topic && channels["deadLetters"]?["address"] as? String == defaults.deadLetterTopic)
+        #expect(channels["appleNotificationPost"]?["address"] as? String == IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).notificationPath)
     }
 
     // MARK: - Dockerfile and dashboard
