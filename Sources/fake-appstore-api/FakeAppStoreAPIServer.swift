@@ -24,7 +24,10 @@ struct FakeAppStoreAPIServer {
         }
         let (keyOut, rootOut, bundleId, ingestURL) = (arguments[2], arguments[3], arguments[4], arguments[5])
         let key = P256.Signing.PrivateKey()
-        FileManager.default.createFile(atPath: keyOut, contents: Data(key.pemRepresentation.utf8), attributes: [.posixPermissions: 0o600])
+        guard FileManager.default.createFile(atPath: keyOut, contents: Data(key.pemRepresentation.utf8), attributes: [.posixPermissions: 0o600]) else {
+            FileHandle.standardError.write(Data("fake-appstore-api: cannot write the key to \(keyOut)\n".utf8))
+            exit(1)
+        }
         let authority = try TestCertificateAuthority()
         try Data((try authority.rootCertificate.serializeAsPEM().pemString + "\n").utf8).write(to: URL(fileURLWithPath: rootOut))
         let minter = NotificationMinter(chain: try authority.issueChain(), bundleId: bundleId)
