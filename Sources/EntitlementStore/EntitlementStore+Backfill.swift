@@ -1,6 +1,27 @@
 import Foundation
 import PostgresNIO
 
+/// What a backfill has done so far; kept with its checkpoint, reported in its summary.
+public struct BackfillCounts: Sendable, Hashable {
+    public var pages = 0
+    /// Notifications on the pages fetched.
+    public var fetched = 0
+    /// Records the broker acknowledged.
+    public var produced = 0
+    /// Fetched notifications whose notificationUUID the ledger already held (stored before; the workers skip them).
+    public var alreadyStored = 0
+    /// Fetched notifications the ledger did not hold.
+    public var newNotifications = 0
+
+    public init(pages: Int = 0, fetched: Int = 0, produced: Int = 0, alreadyStored: Int = 0, newNotifications: Int = 0) {
+        self.pages = pages
+        self.fetched = fetched
+        self.produced = produced
+        self.alreadyStored = alreadyStored
+        self.newNotifications = newNotifications
+    }
+}
+
 /// A notification-history backfill's place: the window it covers and the token of the next page to fetch.
 public struct BackfillCheckpoint: Sendable, Hashable {
     public var id: Int64
@@ -8,11 +29,7 @@ public struct BackfillCheckpoint: Sendable, Hashable {
     public var endDate: Int64
     /// Apple's token for the next page; nil before the first page.
     public var paginationToken: String?
-    public var pages: Int
-    public var fetched: Int
-    public var produced: Int
-    public var alreadyStored: Int
-    public var newNotifications: Int
+    public var counts: BackfillCounts
     /// True when this run continues one that stopped before its end.
     public var resumed: Bool
 }
@@ -36,9 +53,8 @@ extension EntitlementStore {
             """,
             logger: logger)
         for try await (id, start, end, token, pages, fetched, produced, already, new) in existing.decode((Int64, Int64, Int64, String?, Int, Int, Int, Int, Int).self) {
-            return BackfillCheckpoint(
-                id: id, startDate: start, endDate: end, paginationToken: token, pages: pages, fetched: fetched, produced: produced, alreadyStored: already,
-                newNotifications: new, resumed: true)
+            let counts = BackfillCounts(pages: pages, fetched: fetched, produced: produced, alreadyStored: already, newNotifications: new)
+            return BackfillCheckpoint(id: id, startDate: start, endDate: end, paginationToken: token, counts: counts, resumed: true)
         }
         let inserted = try await client.query(
             """
@@ -48,19 +64,18 @@ extension EntitlementStore {
             """,
             logger: logger)
         for try await id in inserted.decode(Int64.self) {
-            return BackfillCheckpoint(
-                id: id, startDate: startDate, endDate: endDate, paginationToken: nil, pages: 0, fetched: 0, produced: 0, alreadyStored: 0, newNotifications: 0,
-                resumed: false)
+            return BackfillCheckpoint(id: id, startDate: startDate, endDate: endDate, paginationToken: nil, counts: BackfillCounts(), resumed: false)
         }
         throw BackfillRunMissing()
     }
 
     /// Records a page whose records the broker acknowledged: the next page's token and the counts so far.
     public func saveBackfillCheckpoint(_ checkpoint: BackfillCheckpoint) async throws {
+        let counts = checkpoint.counts
         try await client.query(
             """
-            UPDATE backfill_runs SET pagination_token = \(checkpoint.paginationToken), pages = \(checkpoint.pages), fetched = \(checkpoint.fetched),
-                produced = \(checkpoint.produced), already_stored = \(checkpoint.alreadyStored), new_notifications = \(checkpoint.newNotifications),
+            UPDATE backfill_runs SET pagination_token = \(checkpoint.paginationToken), pages = \(counts.pages), fetched = \(counts.fetched),
+                produced = \(counts.produced), already_stored = \(counts.alreadyStored), new_notifications = \(counts.newNotifications),
                 updated_at = now(), last_error = NULL
             WHERE id = \(checkpoint.id)
             """,

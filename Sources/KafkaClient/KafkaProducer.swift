@@ -121,6 +121,18 @@ public final class KafkaProducer: Service, Sendable {
         return try result.get()
     }
 
+    /// Queues all of `messages` at once and waits for every acknowledgement; throws the first failure (the
+    /// others are still awaited, so none is left in flight). For tools that count a batch only when all of it
+    /// was stored (a backfill page, a reconcile's snapshots).
+    public func sendAllAndAwait(_ messages: [KafkaProducerMessage]) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for message in messages {
+                group.addTask { _ = try await self.sendAndAwait(message) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
     /// Queues `message`; its report arrives on `deliveryReports`. Fails at once when the local queue is full.
     public func send(_ message: KafkaProducerMessage) throws(KafkaError) {
         if let error = produce(message, opaque: nil) { throw error }

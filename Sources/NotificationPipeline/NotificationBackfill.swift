@@ -80,15 +80,9 @@ public struct BackfillSummary: Sendable, Hashable {
     public var runId: Int64?
     public var resumed = false
     public var completed = false
-    public var pages = 0
-    /// Notifications on the pages fetched (this run and, when resumed, the runs before it).
-    public var fetched = 0
-    /// Records the broker acknowledged.
-    public var produced = 0
-    /// Fetched notifications whose notificationUUID the ledger already held (stored before; the workers skip them).
-    public var alreadyStored = 0
-    /// Fetched notifications the ledger did not hold.
-    public var newNotifications = 0
+    /// Pages, notifications fetched, produced, already in the ledger and new, this run's and (when resumed) the
+    /// runs' before it: what the checkpoint keeps.
+    public var counts = BackfillCounts()
     /// Send-attempt results this version does not know, kept raw in the record header (counted, not refused).
     public var unknownSendAttemptResults = 0
     /// Where in the window the last page reached (its newest send attempt), when known.
@@ -135,11 +129,7 @@ public struct NotificationBackfill: Sendable {
             token = opened.paginationToken
             summary.runId = opened.id
             summary.resumed = opened.resumed
-            summary.pages = opened.pages
-            summary.fetched = opened.fetched
-            summary.produced = opened.produced
-            summary.alreadyStored = opened.alreadyStored
-            summary.newNotifications = opened.newNotifications
+            summary.counts = opened.counts
         }
         summary.window = history.startDate...history.endDate
         progress(summary)
@@ -160,14 +150,10 @@ public struct NotificationBackfill: Sendable {
                 }
                 try await take(page, request: request, summary: &summary)
                 token = page.paginationToken
-                summary.pages += 1
+                summary.counts.pages += 1
                 if var current = checkpoint {
                     current.paginationToken = page.hasMore ? page.paginationToken : nil
-                    current.pages = summary.pages
-                    current.fetched = summary.fetched
-                    current.produced = summary.produced
-                    current.alreadyStored = summary.alreadyStored
-                    current.newNotifications = summary.newNotifications
+                    current.counts = summary.counts
                     try await store.saveBackfillCheckpoint(current)
                     checkpoint = current
                 }
@@ -186,11 +172,11 @@ public struct NotificationBackfill: Sendable {
     /// Produces every notification of `page` and waits for all acknowledgements; throws if any failed.
     func take(_ page: NotificationHistoryResponse, request: BackfillRequest, summary: inout BackfillSummary) async throws {
         let items = page.notificationHistory
-        summary.fetched += items.count
+        summary.counts.fetched += items.count
         let uuids = items.map { UnverifiedPeek.payload(of: $0.signedPayload)?["notificationUUID"]?.stringValue }
         let stored = try await store.notificationsInLedger(uuids.compactMap { $0 })
         for uuid in uuids {
-            if let uuid, stored.contains(uuid) { summary.alreadyStored += 1 } else { summary.newNotifications += 1 }
+            if let uuid, stored.contains(uuid) { summary.counts.alreadyStored += 1 } else { summary.counts.newNotifications += 1 }
         }
         for item in items {
             if let result = item.lastSendAttemptResult, !result.isKnown {
@@ -214,12 +200,7 @@ public struct NotificationBackfill: Sendable {
                 value: Array(item.signedPayload.utf8), headers: headers, timestamp: now)
         }
         // All of the page in flight at once, every acknowledgement awaited: the page counts only when all arrived.
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for record in records {
-                group.addTask { _ = try await producer.sendAndAwait(record) }
-            }
-            try await group.waitForAll()
-        }
-        summary.produced += records.count
+        try await producer.sendAllAndAwait(records)
+        summary.counts.produced += records.count
     }
 }

@@ -19,19 +19,15 @@ public struct PulledRecordProducer: Sendable {
     /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed.
     public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for record in records {
-                let message = KafkaProducerMessage(
-                    topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
-                    headers: [
-                        KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
-                        KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
-                        KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
-                    ], timestamp: now)
-                group.addTask { _ = try await producer.sendAndAwait(message) }
-            }
-            try await group.waitForAll()
-        }
+        try await producer.sendAllAndAwait(records.map { record in
+            KafkaProducerMessage(
+                topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
+                headers: [
+                    KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
+                    KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
+                    KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
+                ], timestamp: now)
+        })
     }
 }
 

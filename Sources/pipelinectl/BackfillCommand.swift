@@ -135,8 +135,8 @@ struct BackfillCommand: AsyncParsableCommand {
         if json {
             printJSON(.object(JSONObject([
                 "run": jsonValue(summary.runId), "resumed": .bool(summary.resumed), "completed": .bool(summary.completed), "dryRun": .bool(dryRun),
-                "pages": jsonValue(summary.pages), "fetched": jsonValue(summary.fetched), "produced": jsonValue(summary.produced),
-                "alreadyInLedger": jsonValue(summary.alreadyStored), "new": jsonValue(summary.newNotifications),
+                "pages": jsonValue(summary.counts.pages), "fetched": jsonValue(summary.counts.fetched), "produced": jsonValue(summary.counts.produced),
+                "alreadyInLedger": jsonValue(summary.counts.alreadyStored), "new": jsonValue(summary.counts.newNotifications),
                 "unknownSendAttemptResults": jsonValue(summary.unknownSendAttemptResults),
                 "windowStart": jsonValue(summary.window.map { Timestamp(millisecondsSince1970: $0.lowerBound) }),
                 "windowEnd": jsonValue(summary.window.map { Timestamp(millisecondsSince1970: $0.upperBound) }),
@@ -145,7 +145,7 @@ struct BackfillCommand: AsyncParsableCommand {
         }
         let window = summary.window.map { " over \(Timestamp(millisecondsSince1970: $0.lowerBound)) … \(Timestamp(millisecondsSince1970: $0.upperBound))" } ?? ""
         print("backfill\(summary.runId.map { " run \($0)" } ?? "")\(summary.resumed ? " (resumed)" : "")\(dryRun ? " (dry run)" : "")\(window): "
-            + "\(summary.pages) page(s), fetched \(summary.fetched), produced \(summary.produced), already in the ledger \(summary.alreadyStored), new \(summary.newNotifications)"
+            + "\(summary.counts.pages) page(s), fetched \(summary.counts.fetched), produced \(summary.counts.produced), already in the ledger \(summary.counts.alreadyStored), new \(summary.counts.newNotifications)"
             + (summary.unknownSendAttemptResults > 0 ? ", \(summary.unknownSendAttemptResults) unknown send-attempt result(s) kept raw" : ""))
     }
 
@@ -169,7 +169,7 @@ final class BackfillProgressLine: @unchecked Sendable {
         defer { lock.unlock() }
         let elapsed = ContinuousClock.now - started
         let seconds = max(0.001, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
-        var line = "backfill: \(summary.pages) page(s), \(summary.fetched) notification(s), \(String(format: "%.1f", Double(summary.produced) / seconds))/s produced"
+        var line = "backfill: \(summary.counts.pages) page(s), \(summary.counts.fetched) notification(s), \(String(format: "%.1f", Double(summary.counts.produced) / seconds))/s produced"
         if let window = summary.window, let reached = summary.reachedDate, window.upperBound > window.lowerBound, !summary.completed {
             let done = Double(reached - window.lowerBound) / Double(window.upperBound - window.lowerBound)
             if done > 0.01 { line += String(format: ", %.0f%% of the window, ETA %.0fs", done * 100, seconds / done - seconds) }
