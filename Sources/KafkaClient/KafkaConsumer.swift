@@ -17,7 +17,7 @@ public final class KafkaConsumer: Service, Sendable {
     let client: RDKafkaClient
     /// The consumer's own queue (fetched records and callbacks), for batch polls. Destroyed on close.
     private let consumerQueue: RDKafkaHandle
-    private let context: ConsumerContext
+    let context: ConsumerContext
     /// Partitions assigned to and revoked from this member, in order.
     public let rebalanceEvents: AsyncStream<KafkaRebalanceEvent>
     private let closed = Atomic<Bool>(false)
@@ -33,7 +33,9 @@ public final class KafkaConsumer: Service, Sendable {
     /// Creates the member and subscribes it to `topics`.
     public init(configuration: KafkaConsumerConfiguration, topics: [String], logger: Logger) throws(KafkaError) {
         let (stream, continuation) = AsyncStream<KafkaRebalanceEvent>.makeStream()
-        let context = ConsumerContext(logger: logger, metricsLabel: "consumer", events: continuation)
+        let context = ConsumerContext(
+            logger: logger, metricsLabel: "consumer", events: continuation,
+            configuredCooperative: configuration.properties["partition.assignment.strategy"] == "cooperative-sticky")
         self.configuration = configuration
         self.context = context
         self.rebalanceEvents = stream
@@ -373,9 +375,12 @@ extension KafkaConsumer {
 
 final class ConsumerContext: RDKafkaCallbackContext, @unchecked Sendable {
     let events: AsyncStream<KafkaRebalanceEvent>.Continuation
+    /// The protocol our assignment strategy implies, for when librdkafka cannot say.
+    let configuredCooperative: Bool
 
-    init(logger: Logger, metricsLabel: String, events: AsyncStream<KafkaRebalanceEvent>.Continuation) {
+    init(logger: Logger, metricsLabel: String, events: AsyncStream<KafkaRebalanceEvent>.Continuation, configuredCooperative: Bool) {
         self.events = events
+        self.configuredCooperative = configuredCooperative
         super.init(logger: logger, metricsLabel: metricsLabel)
     }
 
@@ -383,7 +388,9 @@ final class ConsumerContext: RDKafkaCallbackContext, @unchecked Sendable {
     /// committed synchronously *before* the partitions are released, so the next owner resumes exactly after
     /// the last durable record and no record is owned by two members after a commit.
     func rebalance(handle: OpaquePointer, error: rd_kafka_resp_err_t, partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
-        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+        // `rd_kafka_rebalance_protocol` is NULL while the group is not (or no longer) joined, as during close: the
+        // revoke of a leaving member then arrives with no protocol to read (a NULL read as a string crashed a test run).
+        let cooperative = rd_kafka_rebalance_protocol(handle).map { String(cString: $0) == "COOPERATIVE" } ?? configuredCooperative
         let affected = partitions.entries.map(\.partition).sorted()
         switch error {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
