@@ -3,7 +3,10 @@
 #
 #   scripts/services.sh up      start PostgreSQL and the tansu Kafka-protocol broker (idempotent); prints the
 #                               `export` lines; exits non-zero, saying why, when a service did not start
-#   scripts/services.sh down    stop them and delete their data
+#   scripts/services.sh down [postgres|kafka]
+#                               stop them (or the one named) and delete their data
+#   scripts/services.sh running postgres|kafka
+#                               exit 0 when this checkout's service (or one named by the environment) is up
 #   scripts/services.sh env     print `export` lines: KAFKA_BOOTSTRAP_SERVERS, POSTGRES_URL, LD_LIBRARY_PATH, ...
 #   scripts/services.sh status  say what runs where
 #
@@ -87,8 +90,7 @@ kafka_up() {
     log "tansu broker on 127.0.0.1:$port"
 }
 
-down() {
-    if alive "$state/tansu.pid"; then kill "$(cat "$state/tansu.pid")"; fi
+postgres_down() {
     if [[ -f $state/postgres.dir ]]; then
         local dir
         dir=$(cat "$state/postgres.dir")
@@ -97,8 +99,41 @@ down() {
         fi
         [[ $dir == */appstore-pipeline-pg.* ]] && rm -rf "$dir"
     fi
-    rm -rf "$state"
-    log "stopped"
+    rm -f "$state/postgres.dir" "$state/postgres.url"
+    log "PostgreSQL stopped"
+}
+
+kafka_down() {
+    if alive "$state/tansu.pid"; then kill "$(cat "$state/tansu.pid")"; fi
+    rm -f "$state/tansu.pid" "$state/kafka.bootstrap" "$state/tansu.log"
+    log "tansu stopped"
+}
+
+down() {
+    case "${1:-all}" in
+    postgres) postgres_down ;;
+    kafka) kafka_down ;;
+    all) kafka_down; postgres_down ;;
+    *) echo "usage: $0 down [postgres|kafka]" >&2; exit 2 ;;
+    esac
+    # The state folder goes with the last service in it.
+    [[ -d $state ]] && rmdir "$state" 2>/dev/null || true
+}
+
+# Whether a service is up: one this checkout started (its pid or cluster alive), or one the environment names.
+running() {
+    case "${1:-}" in
+    postgres)
+        [[ -n ${POSTGRES_URL:-} && ! -f $state/postgres.url ]] && return 0
+        [[ -f $state/postgres.dir && -f $state/postgres.url ]] || return 1
+        as_postgres "$pg_bin/pg_ctl" -D "$(cat "$state/postgres.dir")/data" status >/dev/null 2>&1
+        ;;
+    kafka)
+        [[ -n ${KAFKA_BOOTSTRAP_SERVERS:-} && ! -f $state/kafka.bootstrap ]] && return 0
+        alive "$state/tansu.pid"
+        ;;
+    *) echo "usage: $0 running postgres|kafka" >&2; exit 2 ;;
+    esac
 }
 
 print_env() {
@@ -116,8 +151,9 @@ print_env() {
 
 case "${1:-}" in
 up) postgres_up; kafka_up; print_env ;;
-down) down ;;
+down) down "${2:-all}" ;;
+running) running "${2:-}" ;;
 env) print_env ;;
 status) print_env; alive "$state/tansu.pid" && log "tansu running" || log "tansu not running" ;;
-*) echo "usage: $0 up|down|env|status" >&2; exit 2 ;;
+*) echo "usage: $0 up|down [postgres|kafka]|running postgres|kafka|env|status" >&2; exit 2 ;;
 esac

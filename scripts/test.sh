@@ -8,9 +8,22 @@ cd "$(dirname "$0")/.."
 
 scripts/install.sh
 
-echo "== build"
+# What this run starts, it stops, on every exit path (pass, fail, or interrupted); services that were already
+# running when it began (a developer's `scripts/services.sh up`, or URLs from the environment) are left alone.
+started_services=()
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+report=$(mktemp)
+cleanup() {
+    local status=$?
+    rm -f "$log" "$report"
+    for service in ${started_services[@]+"${started_services[@]}"}; do scripts/services.sh down "$service" || true; done
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "== build"
 if ! swift build --build-tests >"$log" 2>&1; then
     cat "$log"
     echo "build failed"
@@ -23,6 +36,9 @@ if grep -E "^$PWD/(Sources|Tests)/.*: warning:" "$log"; then
 fi
 
 echo "== services (PostgreSQL, Kafka-protocol broker)"
+for service in postgres kafka; do
+    scripts/services.sh running "$service" || started_services+=("$service")
+done
 # An assignment, not `eval "$(…)"`: a service that did not start stops this script here, with its reason.
 services_env=$(scripts/services.sh up) || { echo "the services did not start (reason above)" >&2; exit 1; }
 eval "$services_env"
@@ -30,8 +46,6 @@ eval "$services_env"
 echo "== swift test"
 # The full report goes to the terminal and to a file; on failure its failing lines are repeated last, so that
 # the tail of a CI log (which is all CI keeps) names the test and the expectation that failed.
-report=$(mktemp)
-trap 'rm -f "$log" "$report"' EXIT
 if ! swift test --skip-build 2>&1 | tee "$report"; then
     echo
     echo "== failures (repeated from the report above)"

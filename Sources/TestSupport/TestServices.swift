@@ -66,7 +66,7 @@ public enum TestServices {
 /// Runs our own executables as child processes, for tests and benchmarks that need a real process (signals, RSS).
 public enum ChildProcess {
     /// Starts the `ingest` binary at `binary` on 127.0.0.1:`port`, producing to `topic`, and waits until it listens.
-    public static func startIngest(binary: String, bootstrap: String, port: Int, topic: String) throws -> Process {
+    public static func startIngest(binary: String, bootstrap: String, port: Int, topic: String, environment extra: [String: String] = [:]) throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         var environment = ProcessInfo.processInfo.environment
@@ -75,7 +75,7 @@ public enum ChildProcess {
         environment["INGEST_PORT"] = String(port)
         environment["NOTIFICATIONS_TOPIC"] = topic
         environment["LOG_LEVEL"] = "error"
-        process.environment = environment
+        process.environment = environment.merging(extra) { _, new in new }
         try process.run()
         for _ in 0..<200 where !TestServices.isListening(port: port) { usleep(50_000) }
         return process

@@ -151,30 +151,101 @@ struct IngestTests {
         try await ingest.stop()
     }
 
-    @Test("SIGTERM under load: every request answered 200 is in the topic")
-    func sigtermUnderLoad() async throws {
-        let bootstrap = try bootstrap()
+    /// Starts the ingest binary with `INGEST_SHUTDOWN_DRAIN_MS` set to `drainMilliseconds`.
+    func startIngestProcess(drainMilliseconds: Int) throws -> (process: Process, port: Int, topic: String) {
         let binary = repositoryRoot.appendingPathComponent(".build/debug/ingest").path
         try #require(FileManager.default.isExecutableFile(atPath: binary), "build the ingest executable first (scripts/test.sh does)")
         let port = TestServices.freePort()
         let topic = TestServices.uniqueName("notifications")
-        let process = try ChildProcess.startIngest(binary: binary, bootstrap: bootstrap, port: port, topic: topic)
+        let process = try ChildProcess.startIngest(
+            binary: binary, bootstrap: try bootstrap(), port: port, topic: topic, environment: ["INGEST_SHUTDOWN_DRAIN_MS": String(drainMilliseconds)])
+        return (process, port, topic)
+    }
 
+    /// The promise without a drain: SIGTERM under load, every 200 is in the topic, whatever was not answered 200
+    /// was refused (503) or had its connection closed, and once the process is gone nothing is accepted. Nothing
+    /// here depends on how many requests the shutdown happens to catch: that is the machine's speed, not the promise.
+    @Test("SIGTERM under load with no drain: every 200 is in the topic, the rest refused or closed, exit 0")
+    func sigtermUnderLoadWithoutDrain() async throws {
+        let (process, port, topic) = try startIngestProcess(drainMilliseconds: 0)
         let bodies = try NotificationMinter.realisticBodies(count: 3_000)
         let pid = process.processIdentifier
-        // SIGTERM once a quarter of the requests were answered: mid-load on any machine, fast or slow.
+        let signalAfter = bodies.count / 4
         let outcomes = await HTTPLoad.run(
             port: port, count: bodies.count, concurrency: 32, timeoutSeconds: 20,
-            onAnswered: { answered in if answered == bodies.count / 4 { kill(pid, SIGTERM) } }
+            onAnswered: { answered in if answered == signalAfter { kill(pid, SIGTERM) } }
         ) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "graceful exit")
         let okay = outcomes.filter { $0.status == 200 }
-        #expect(okay.count > 0 && okay.count < bodies.count, "the signal arrived mid-load (\(okay.count) of \(bodies.count) answered 200)")
-        let records = try await readTopic(bootstrap, topic: topic, atLeast: okay.count, timeout: .seconds(60))
+        // The signal is sent from the answer of the `signalAfter`-th response, so at least that many were 200.
+        #expect(okay.count >= signalAfter, "\(okay.count) answered 200 before and after the signal")
+        let unexpected = outcomes.filter { $0.status != nil && $0.status != 200 && $0.status != 503 }
+        #expect(unexpected.isEmpty, "only 200, 503 or a closed connection: \(unexpected.prefix(3).map { $0.status ?? -1 })")
+        let after = HTTPTestConnection(port: port)
+        await #expect(throws: (any Error).self, "the process is gone: a new request finds nobody listening") {
+            try await after.send(path: "/v2/notifications", headers: jsonHeaders, body: bodies[0], timeoutSeconds: 5)
+        }
+        let records = try await readTopic(try bootstrap(), topic: topic, atLeast: okay.count, timeout: .seconds(60))
         let stored = Set(records.map { notificationBody(String(decoding: $0.value, as: UTF8.self)) })
         let missing = okay.filter { !stored.contains(bodies[$0.index]) }
         #expect(missing.isEmpty, "\(missing.count) requests answered 200 are not in the topic")
+    }
+
+    /// The promise with a drain: on SIGTERM readiness answers 503 at once, requests keep being answered 200 (and
+    /// stored) until the window ends, and the process exits 0 only after the window. The checks are bounds that
+    /// hold on any machine: readiness turned before the window ended, no request answered before the window's end
+    /// was refused, and the exit came no earlier than the window.
+    @Test("SIGTERM with a drain: readiness 503 at once, requests in the window answered 200 and stored, exit 0 after the window")
+    func sigtermWithDrain() async throws {
+        let drain = Duration.milliseconds(4_000)
+        let (process, port, topic) = try startIngestProcess(drainMilliseconds: 4_000)
+        let bodies = try NotificationMinter.realisticBodies(count: 200)
+        let connection = HTTPTestConnection(port: port)
+        #expect(try await connection.send(path: "/v2/notifications", headers: jsonHeaders, body: bodies[0]).status == 200)
+        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+
+        kill(process.processIdentifier, SIGTERM)
+        let signalled = ContinuousClock.now
+        var readinessTurned: Duration?
+        while readinessTurned == nil, process.isRunning, ContinuousClock.now - signalled < drain {
+            if (try? await HTTPTestConnection(port: port).send(method: "GET", path: "/health/ready", timeoutSeconds: 2).status) == 503 {
+                readinessTurned = ContinuousClock.now - signalled
+            } else {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        #expect(readinessTurned != nil, "readiness answered 503 inside the drain window")
+
+        // Requests sent in the first half of the window, each on a new connection (as a load balancer that has not
+        // noticed yet would): every one answered before the window ended must be a 200.
+        var okay: [Int] = [0]
+        var refusedInWindow: [String] = []
+        var index = 1
+        while ContinuousClock.now - signalled < drain / 2, index < bodies.count {
+            do {
+                let response = try await HTTPTestConnection(port: port).send(path: "/v2/notifications", headers: jsonHeaders, body: bodies[index], timeoutSeconds: 10)
+                if response.status == 200 { okay.append(index) } else if ContinuousClock.now - signalled < drain { refusedInWindow.append("\(response.status)") }
+            } catch {
+                if ContinuousClock.now - signalled < drain { refusedInWindow.append("\(error)") }
+            }
+            index += 1
+        }
+        #expect(refusedInWindow.isEmpty, "requests inside the window were refused: \(refusedInWindow.prefix(3))")
+        #expect(okay.count > 1, "at least one request was sent and answered inside the window")
+
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                process.waitUntilExit()
+                continuation.resume()
+            }
+        }
+        let exitedAfter = ContinuousClock.now - signalled
+        #expect(process.terminationStatus == 0, "graceful exit")
+        #expect(exitedAfter >= drain, "the process kept serving for the whole window (exited after \(exitedAfter))")
+        let records = try await readTopic(try bootstrap(), topic: topic, atLeast: okay.count, timeout: .seconds(60))
+        let stored = Set(records.map { notificationBody(String(decoding: $0.value, as: UTF8.self)) })
+        #expect(okay.allSatisfy { stored.contains(bodies[$0]) }, "every request answered 200 is in the topic")
     }
 }
 

@@ -47,7 +47,8 @@ final class WorkerProcessFixture: @unchecked Sendable {
     /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), one at a time: the
     /// tansu test broker reports a partition's end as the base offset of its last batch, so records batched
     /// together would make lag and replay counts there look smaller than they are.
-    func produce(_ payloads: [String]) async throws {
+    func produce(_ payloads: some Collection<String>, topic: String? = nil) async throws {
+        let topic = topic ?? self.topic
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
         for payload in payloads {
             let record = KafkaProducerMessage(
@@ -212,12 +213,18 @@ enum TestDatabase {
         }) ?? 0
     }
 
-    static func digest(_ url: String) async throws -> DatabaseDigest {
-        try await with(url) { client in
+    /// `topicRenamed`: the archive's records read from topic `from` count as read from `to` (a phase that
+    /// replays the same stream from a topic of its own compares equal to the reference's).
+    static func digest(_ url: String, topicRenamed: (from: String, to: String)? = nil) async throws -> DatabaseDigest {
+        let from = topicRenamed?.from ?? ""
+        let to = topicRenamed?.to ?? ""
+        return try await with(url) { client in
             let rows = try await client.query(
                 """
                 SELECT (SELECT count(*)::int FROM notification_ledger),
-                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at')::text AS x FROM notifications n) s),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at'
+                        || jsonb_build_object('kafka_topic', CASE WHEN n.kafka_topic = \(from) THEN \(to) ELSE n.kafka_topic END))::text AS x
+                        FROM notifications n) s),
                     (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s),
                     (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at')::text AS x FROM entitlements e) s)
                 """,
