@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
         .library(name: "KafkaClient", targets: ["KafkaClient"]),
         .library(name: "EntitlementStore", targets: ["EntitlementStore"]),
+        .library(name: "EntitlementEvents", targets: ["EntitlementEvents"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),
         .executable(name: "verify-bench", targets: ["verify-bench"]),
@@ -76,12 +77,25 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
+        .target(
+            name: "EntitlementEvents",
+            dependencies: [
+                "AppStoreNotifications",
+                "EntitlementStore",
+                "KafkaClient",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // MARK: - Composition: configuration, the ingest application, the worker service
         .target(
             name: "NotificationPipeline",
             dependencies: [
                 "AppStoreNotifications",
                 "AppStoreServerAPI",
+                "EntitlementEvents",
                 "EntitlementStore",
                 "KafkaClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -115,6 +129,7 @@ let package = Package(
             name: "pipelinectl",
             dependencies: [
                 "AppStoreNotifications",
+                "EntitlementEvents",
                 "NotificationPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
@@ -158,7 +173,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["NotificationPipeline", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

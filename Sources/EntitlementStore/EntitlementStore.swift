@@ -55,12 +55,15 @@ public struct BatchOutcome: Sendable, Hashable {
     public var entitlementsUpdated = 0
     /// Notifications older than the row they concern: archived, but state kept.
     public var stale = 0
+    /// Entitlement events written to the outbox.
+    public var events = 0
 
-    public init(applied: Int = 0, duplicates: Int = 0, entitlementsUpdated: Int = 0, stale: Int = 0) {
+    public init(applied: Int = 0, duplicates: Int = 0, entitlementsUpdated: Int = 0, stale: Int = 0, events: Int = 0) {
         self.applied = applied
         self.duplicates = duplicates
         self.entitlementsUpdated = entitlementsUpdated
         self.stale = stale
+        self.events = events
     }
 }
 
@@ -73,12 +76,15 @@ public struct EntitlementStore: Sendable {
     /// Set as `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` of every batch
     /// transaction: just under the caller's own deadline, so an abandoned transaction ends on the server too.
     public let statementTimeout: Duration?
+    /// Whether batches write entitlement-change events to the outbox (`EVENTS_ENABLED`).
+    public let emitsEvents: Bool
 
     /// `client` must be running (its `run()` inside the process's ServiceGroup) before the first call.
-    public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil) {
+    public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil, emitsEvents: Bool = true) {
         self.client = client
         self.logger = logger
         self.statementTimeout = statementTimeout
+        self.emitsEvents = emitsEvents
     }
 
     /// Applies every migration not applied yet, under an advisory lock. Returns the versions it applied.
@@ -217,22 +223,37 @@ public struct EntitlementStore: Sendable {
         }
 
         // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
-        var current = try await lockedEntitlements(Set(firstSeen.flatMap(\.entitlementKeys)), on: connection)
+        //    With events, each real change of a row becomes one event, numbered in its subscription's sequence.
+        let touched = Set(firstSeen.flatMap(\.entitlementKeys))
+        if emitsEvents { try await lockSubscriptions(touched, on: connection) }
+        var current = try await lockedEntitlements(touched, on: connection)
         var changed: [EntitlementKey] = []  // in first-change order
         var changedSet: Set<EntitlementKey> = []
-        for record in firstSeen {
-            guard let key = record.entitlementKey else { continue }
-            switch EntitlementTransition.apply(record.verified, to: current[key]) {
+        var events: [EntitlementEvent] = []
+        func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
+            if changedSet.insert(key).inserted { changed.append(key) }
+            var row = current[key] ?? LockedRow(state: state)
+            row.state = state
+            if emitsEvents, let event = EntitlementEvent.change(of: state, before: row.lastEventAfter, sequence: row.eventSequence + 1, cause: cause()) {
+                row.eventSequence += 1
+                row.lastEventAfter = EntitlementSnapshot(state, at: event.time)
+                events.append(event)
+            }
+            current[key] = row
+        }
+        for notification in firstSeen {
+            let cause = EntitlementEventCause(notification.verified, key: notification.deduplicationKey)
+            if emitsEvents, let event = EntitlementEvent.ofNotification(notification.verified, cause: cause) { events.append(event) }
+            guard let key = notification.entitlementKey else { continue }
+            switch EntitlementTransition.apply(notification.verified, to: current[key]?.state) {
             case .updated(let state):
-                if changedSet.insert(key).inserted { changed.append(key) }
-                current[key] = state
+                record(state, at: key, cause: cause)
                 outcome.entitlementsUpdated += 1
                 // A switch to or from a bundle: the previous subscription's row stops granting access.
                 if let previous = state.previousOriginalTransactionId, previous != key.originalTransactionId {
                     let previousKey = EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)
-                    if let superseded = EntitlementTransition.supersede(current[previousKey], originalTransactionId: previous, by: state) {
-                        if changedSet.insert(previousKey).inserted { changed.append(previousKey) }
-                        current[previousKey] = superseded
+                    if let superseded = EntitlementTransition.supersede(current[previousKey]?.state, originalTransactionId: previous, by: state) {
+                        record(superseded, at: previousKey, cause: cause)
                     }
                 }
             case .stale:
@@ -246,7 +267,18 @@ public struct EntitlementStore: Sendable {
         if !rows.isEmpty {
             try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
         }
+        if !events.isEmpty {
+            try await connection.query(Self.outboxStatement(rows: JSONValue.array(events.map(Self.outboxRow)).serialized), logger: logger)
+            outcome.events = events.count
+        }
         return outcome
+    }
+
+    /// A locked entitlement row: its state, and the sequence and `after` of its last event.
+    struct LockedRow {
+        var state: EntitlementState
+        var eventSequence: Int64 = 0
+        var lastEventAfter: EntitlementSnapshot?
     }
 
     struct EntitlementKey: Hashable {
@@ -263,24 +295,44 @@ public struct EntitlementStore: Sendable {
         }
     }
 
+    /// Serialises every transaction that may change one of `keys`, including a subscription's first row (which
+    /// `FOR UPDATE` cannot lock before it exists): a transaction-scoped advisory lock per key, taken in the order
+    /// of the lock ids (the same in every worker, so two batches cannot deadlock). Without it, two workers meeting
+    /// a new subscription during a partition handoff could both number its first event 1.
+    func lockSubscriptions(_ keys: Set<EntitlementKey>, on connection: PostgresConnection) async throws {
+        guard !keys.isEmpty else { return }
+        let ids = Set(keys.map(\.advisoryLockId)).sorted()
+        try await connection.query(
+            """
+            SELECT count(pg_advisory_xact_lock(\(Self.subscriptionLockNamespace), u.id))
+            FROM unnest(\(ids)::integer[]) WITH ORDINALITY AS u(id, position)
+            """,
+            logger: logger)
+    }
+
+    /// The first key of the two-key advisory locks on subscriptions ("ents" in ASCII).
+    static let subscriptionLockNamespace: Int32 = 0x656E_7473
+
     /// The current rows, locked until the transaction ends (so two workers never interleave on one subscription),
     /// in key order (so two transactions locking overlapping sets cannot deadlock).
-    func lockedEntitlements(_ keys: Set<EntitlementKey>, on connection: PostgresConnection) async throws -> [EntitlementKey: EntitlementState] {
+    func lockedEntitlements(_ keys: Set<EntitlementKey>, on connection: PostgresConnection) async throws -> [EntitlementKey: LockedRow] {
         guard !keys.isEmpty else { return [:] }
         let ordered = keys.sorted(by: EntitlementKey.lockOrder)
         let rows = try await connection.query(
             """
-            SELECT e.state::text FROM entitlements e
+            SELECT e.state::text, e.event_sequence, e.last_event_after::text FROM entitlements e
             JOIN unnest(\(ordered.map(\.environment))::text[], \(ordered.map(\.bundleId))::text[], \(ordered.map(\.originalTransactionId))::text[])
                 AS k(environment, bundle_id, original_transaction_id) USING (environment, bundle_id, original_transaction_id)
             ORDER BY e.environment COLLATE "C", e.bundle_id COLLATE "C", e.original_transaction_id COLLATE "C"
             FOR UPDATE OF e
             """,
             logger: logger)
-        var states: [EntitlementKey: EntitlementState] = [:]
-        for try await text in rows.decode(String.self) {
+        var states: [EntitlementKey: LockedRow] = [:]
+        for try await (text, sequence, after) in rows.decode((String, Int64?, String?).self) {
             let state = try JSONDecoder().decode(EntitlementState.self, from: Data(text.utf8))
-            states[EntitlementKey(environment: state.environment, bundleId: state.bundleId, originalTransactionId: state.originalTransactionId)] = state
+            let lastAfter = after.flatMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.flatMap(EntitlementSnapshot.init(json:))
+            states[EntitlementKey(environment: state.environment, bundleId: state.bundleId, originalTransactionId: state.originalTransactionId)] =
+                LockedRow(state: state, eventSequence: sequence ?? 0, lastEventAfter: lastAfter)
         }
         return states
     }
@@ -414,6 +466,16 @@ public struct EntitlementStore: Sendable {
         """
     }
 
+    static func entitlementRow(_ row: LockedRow) throws -> JSONValue {
+        var json = try entitlementRow(row.state)
+        if case .object(var object) = json {
+            object["event_sequence"] = row.eventSequence > 0 ? .number(JSONNumber(row.eventSequence)) : .null
+            object["last_event_after"] = row.lastEventAfter.map { .string($0.json.serialized) } ?? .null
+            json = .object(object)
+        }
+        return json
+    }
+
     static func entitlementRow(_ s: EntitlementState) throws -> JSONValue {
         .object(JSONObject([
             "environment": .string(s.environment),
@@ -463,7 +525,8 @@ public struct EntitlementStore: Sendable {
             revocation_reason, revocation_type, ownership_type, offer_type, offer_identifier, offer_discount_type,
             app_account_token, price, currency, last_notification_type, last_notification_subtype, last_signed_date,
             apple_status, period_transaction_id, period_purchase_date, revocation_percentage, app_transaction_id,
-            previous_original_transaction_id, superseded_by, last_notification_uuid, last_order_key, state, updated_at)
+            previous_original_transaction_id, superseded_by, last_notification_uuid, last_order_key, state, event_sequence,
+            last_event_after, updated_at)
         SELECT r.environment, r.bundle_id, r.original_transaction_id, r.product_id, r.subscription_group_id, r.status,
             to_timestamp(r.expires_at / 1000.0), to_timestamp(r.grace_period_expires_at / 1000.0), r.auto_renew_status,
             r.auto_renew_product_id, to_timestamp(r.billing_issue_since / 1000.0), to_timestamp(r.revocation_date / 1000.0),
@@ -471,7 +534,8 @@ public struct EntitlementStore: Sendable {
             r.app_account_token, r.price, r.currency, r.last_notification_type, r.last_notification_subtype,
             to_timestamp(r.last_signed_date / 1000.0), r.apple_status, r.period_transaction_id,
             to_timestamp(r.period_purchase_date / 1000.0), r.revocation_percentage, r.app_transaction_id,
-            r.previous_original_transaction_id, r.superseded_by, r.last_notification_uuid, r.last_order_key, r.state::jsonb, now()
+            r.previous_original_transaction_id, r.superseded_by, r.last_notification_uuid, r.last_order_key, r.state::jsonb, r.event_sequence,
+            r.last_event_after::jsonb, now()
         FROM jsonb_to_recordset(\(rows)::jsonb) AS r(environment text, bundle_id text, original_transaction_id text, product_id text,
             subscription_group_id text, status text, expires_at bigint, grace_period_expires_at bigint, auto_renew_status integer,
             auto_renew_product_id text, billing_issue_since bigint, revocation_date bigint, revocation_reason integer,
@@ -479,7 +543,7 @@ public struct EntitlementStore: Sendable {
             app_account_token text, price bigint, currency text, last_notification_type text, last_notification_subtype text,
             last_signed_date bigint, apple_status integer, period_transaction_id text, period_purchase_date bigint,
             revocation_percentage integer, app_transaction_id text, previous_original_transaction_id text, superseded_by text,
-            last_notification_uuid text, last_order_key text, state text)
+            last_notification_uuid text, last_order_key text, state text, event_sequence bigint, last_event_after text)
         ON CONFLICT (environment, bundle_id, original_transaction_id) DO UPDATE SET
             product_id = EXCLUDED.product_id, subscription_group_id = EXCLUDED.subscription_group_id, status = EXCLUDED.status,
             expires_at = EXCLUDED.expires_at, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
@@ -495,7 +559,7 @@ public struct EntitlementStore: Sendable {
             app_transaction_id = EXCLUDED.app_transaction_id,
             previous_original_transaction_id = EXCLUDED.previous_original_transaction_id, superseded_by = EXCLUDED.superseded_by,
             last_notification_uuid = EXCLUDED.last_notification_uuid, last_order_key = EXCLUDED.last_order_key,
-            state = EXCLUDED.state, updated_at = now()
+            state = EXCLUDED.state, event_sequence = EXCLUDED.event_sequence, last_event_after = EXCLUDED.last_event_after, updated_at = now()
         WHERE CASE WHEN entitlements.last_order_key IS NULL THEN entitlements.last_signed_date <= EXCLUDED.last_signed_date
             ELSE entitlements.last_order_key COLLATE "C" < EXCLUDED.last_order_key COLLATE "C" END
         """

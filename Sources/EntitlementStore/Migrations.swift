@@ -266,5 +266,47 @@ public enum Migrations {
             """,
             "CREATE UNIQUE INDEX pull_runs_unfinished ON pull_runs (command, arguments_key) WHERE completed_at IS NULL",
         ]),
+        // Entitlement-change events: the outbox the batch transaction writes and the relay publishes, and per
+        // subscription the last event's sequence and `after` (the next event's `before`, field for field).
+        Migration(version: 8, name: "entitlement events outbox; per-subscription event sequence", sql: [
+            """
+            CREATE TABLE entitlement_events_outbox (
+                id bigserial PRIMARY KEY,
+                event_id text NOT NULL UNIQUE,
+                event_type text NOT NULL,
+                source text NOT NULL,
+                subject text NOT NULL,
+                event_time timestamptz NOT NULL,
+                sequence bigint,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                original_transaction_id text,
+                data text NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                published_at timestamptz
+            )
+            """,
+            "CREATE INDEX entitlement_events_outbox_unpublished ON entitlement_events_outbox (id) WHERE published_at IS NULL",
+            "CREATE INDEX entitlement_events_outbox_published ON entitlement_events_outbox (published_at) WHERE published_at IS NOT NULL",
+            """
+            ALTER TABLE entitlements
+                ADD COLUMN event_sequence bigint,
+                ADD COLUMN last_event_after jsonb
+            """,
+            // The views' `*` is fixed when they are created: recreated so that they show the new columns.
+            "DROP VIEW entitlements_production_now",
+            "DROP VIEW entitlements_now",
+            """
+            CREATE VIEW entitlements_now AS
+            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND CASE
+                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
+                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
+                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
+                ELSE true END) AS is_active
+            FROM entitlements e
+            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
+            """,
+            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
+        ]),
     ]
 }

@@ -89,7 +89,7 @@ public final class KafkaProducer: Service, Sendable {
                 }
                 if let opaque = message.pointee._private {
                     // sendAndAwait: the waiter was retained when the record was queued; this is its one release.
-                    Unmanaged<DeliveryWaiter>.fromOpaque(opaque).takeRetainedValue().continuation.resume(returning: result)
+                    Unmanaged<DeliveryWaiter>.fromOpaque(opaque).takeRetainedValue().complete(result)
                 } else {
                     context.reports.yield(result)
                 }
@@ -111,7 +111,7 @@ public final class KafkaProducer: Service, Sendable {
     public func sendAndAwait(_ message: KafkaProducerMessage) async throws(KafkaError) -> KafkaDeliveryReport {
         await destroyDrainedGenerations()
         let result: Result<KafkaDeliveryReport, KafkaError> = await withCheckedContinuation { continuation in
-            let waiter = DeliveryWaiter(continuation: continuation)
+            let waiter = DeliveryWaiter { continuation.resume(returning: $0) }
             let opaque = Unmanaged.passRetained(waiter).toOpaque()
             if let error = produce(message, opaque: opaque) {
                 Unmanaged<DeliveryWaiter>.fromOpaque(opaque).release()
@@ -130,6 +130,27 @@ public final class KafkaProducer: Service, Sendable {
                 group.addTask { _ = try await self.sendAndAwait(message) }
             }
             try await group.waitForAll()
+        }
+    }
+
+    /// Queues `messages` one after the other, from one thread, in the order given (so records of one key keep
+    /// that order in their partition), then waits for every report. Stops queuing at the first record that
+    /// cannot be queued: it and every later one fail with that error, so no record is queued after a gap.
+    /// Returns one result per message, in order.
+    public func sendInOrderAndAwait(_ messages: [KafkaProducerMessage]) async -> [Result<KafkaDeliveryReport, KafkaError>] {
+        guard !messages.isEmpty else { return [] }
+        await destroyDrainedGenerations()
+        return await withCheckedContinuation { continuation in
+            let collector = DeliveryCollector(count: messages.count, continuation: continuation)
+            for (index, message) in messages.enumerated() {
+                let waiter = DeliveryWaiter { collector.complete(index, $0) }
+                let opaque = Unmanaged.passRetained(waiter).toOpaque()
+                if let error = produce(message, opaque: opaque) {
+                    Unmanaged<DeliveryWaiter>.fromOpaque(opaque).release()
+                    for later in index..<messages.count { collector.complete(later, .failure(error)) }
+                    return
+                }
+            }
         }
     }
 
@@ -264,11 +285,33 @@ public final class KafkaProducer: Service, Sendable {
     }
 }
 
-/// The per-record context of `sendAndAwait`, handed to librdkafka as the message opaque.
+/// The per-record context of `sendAndAwait`, handed to librdkafka as the message opaque: called once, with
+/// the record's delivery report.
 final class DeliveryWaiter: Sendable {
-    let continuation: CheckedContinuation<Result<KafkaDeliveryReport, KafkaError>, Never>
-    init(continuation: CheckedContinuation<Result<KafkaDeliveryReport, KafkaError>, Never>) {
+    let complete: @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void
+    init(_ complete: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
+        self.complete = complete
+    }
+}
+
+/// Gathers the reports of `sendInOrderAndAwait`'s records and resumes its caller after the last one.
+final class DeliveryCollector: Sendable {
+    private let state: Mutex<(results: [Result<KafkaDeliveryReport, KafkaError>?], remaining: Int)>
+    private let continuation: CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>
+
+    init(count: Int, continuation: CheckedContinuation<[Result<KafkaDeliveryReport, KafkaError>], Never>) {
+        self.state = Mutex((Array(repeating: nil, count: count), count))
         self.continuation = continuation
+    }
+
+    func complete(_ index: Int, _ result: Result<KafkaDeliveryReport, KafkaError>) {
+        let finished: [Result<KafkaDeliveryReport, KafkaError>]? = state.withLock { state in
+            guard state.results[index] == nil else { return nil }
+            state.results[index] = result
+            state.remaining -= 1
+            return state.remaining == 0 ? state.results.map { $0! } : nil
+        }
+        if let finished { continuation.resume(returning: finished) }
     }
 }
 

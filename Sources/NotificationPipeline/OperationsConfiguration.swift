@@ -1,3 +1,4 @@
+import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
@@ -29,13 +30,15 @@ public struct OperationsConfiguration: Sendable {
     public var kafka: KafkaClientConfigurationValues?
     /// `POSTGRES_URL`, when set.
     public var postgresURL: String?
+    /// `EVENTS_*`: the entitlement events topic (`topics ensure`, `events tail`).
+    public var events = EventsConfiguration()
 
     public init() {}
 
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys + appStoreKeys
+    ] + KafkaEnvironment.keys + appStoreKeys + EventsConfiguration.environmentKeys
 
     /// What `backfill` and `test-notification` read (AppStoreServerAPIConfiguration.fromEnvironment).
     public static let appStoreKeys = [
@@ -59,6 +62,7 @@ public struct OperationsConfiguration: Sendable {
             configuration.kafka = try KafkaEnvironment.client(environment, defaultClientId: "pipelinectl")
         }
         configuration.postgresURL = environment.optionalString("POSTGRES_URL")
+        configuration.events = try EventsConfiguration.fromEnvironment(environment)
         return configuration
     }
 
@@ -68,17 +72,22 @@ public struct OperationsConfiguration: Sendable {
         return kafka.clientConfiguration
     }
 
-    /// The topics `topics ensure` creates: notifications, and the dead-letter topic (fewer partitions, longer retention).
+    /// The topics `topics ensure` creates: notifications, the dead-letter topic (fewer partitions, longer
+    /// retention), and the entitlement events topic (`EVENTS_TOPIC_PARTITIONS`; as replayable as notifications).
     public var topicSpecifications: [KafkaAdminClient.TopicSpecification] {
         let day: Int64 = 86_400_000
         return [
             .init(name: topic, partitions: partitions, replicationFactor: replicationFactor, config: [
                 "retention.ms": String(Int64(retentionDays) * day), "cleanup.policy": "delete",
-                "min.insync.replicas": String(min(2, replicationFactor)),
+                "min.insync.replicas": String(min(2, replicationFactor)), "unclean.leader.election.enable": "false",
             ]),
             .init(name: deadLetterTopic, partitions: min(partitions, 3), replicationFactor: replicationFactor, config: [
                 "retention.ms": String(Int64(deadLetterRetentionDays) * day), "retention.bytes": String(deadLetterRetentionBytes), "cleanup.policy": "delete",
-                "min.insync.replicas": String(min(2, replicationFactor)),
+                "min.insync.replicas": String(min(2, replicationFactor)), "unclean.leader.election.enable": "false",
+            ]),
+            .init(name: events.topic, partitions: events.partitions, replicationFactor: replicationFactor, config: [
+                "retention.ms": String(Int64(retentionDays) * day), "cleanup.policy": "delete",
+                "min.insync.replicas": String(min(2, replicationFactor)), "unclean.leader.election.enable": "false",
             ]),
         ]
     }

@@ -1,5 +1,6 @@
 import Foundation
 import AppStoreNotifications
+import EntitlementEvents
 import EntitlementStore
 import Hummingbird
 import KafkaClient
@@ -9,8 +10,8 @@ import Prometheus
 import ServiceLifecycle
 
 /// The worker process's services, in dependency order (a ServiceGroup shuts them down in reverse: the ops server,
-/// then the worker finishes its batch, then the consumer commits and leaves the group, then the dead-letter
-/// producer flushes, then the database pool closes).
+/// then the worker finishes its batch, then the consumer commits and leaves the group, then the events relay
+/// ends its round and its producer flushes, then the dead-letter producer flushes, then the database pool closes).
 public struct WorkerServices: Sendable {
     public let services: [any Service]
     public let worker: NotificationWorker
@@ -29,7 +30,8 @@ public func buildWorkerServices(
     let postgres = PostgresClient(configuration: try configuration.postgresConfiguration(), backgroundLogger: logger)
     let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
-    let store = EntitlementStore(client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9)
+    let store = EntitlementStore(
+        client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9, emitsEvents: configuration.events.enabled)
     let metrics = WorkerMetrics(registry: registry)
     let worker = NotificationWorker(
         configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: store, verifier: verifier, metrics: metrics, logger: logger)
@@ -42,7 +44,15 @@ public func buildWorkerServices(
         configuration: .init(address: .hostname(configuration.opsHost, port: configuration.opsPort), serverName: "appstore-worker"),
         onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
         logger: logger)
-    return WorkerServices(services: [postgres, deadLetters, consumer, worker, consumptionGauge, ops], worker: worker)
+    // The events relay (when events are on): its producer starts before it and closes after it.
+    var relayServices: [any Service] = []
+    if configuration.events.enabled {
+        let eventsProducer = try KafkaProducer(configuration: configuration.eventsProducerConfiguration, logger: logger)
+        let relay = OutboxRelay(
+            configuration: configuration.events, store: store, producer: eventsProducer, metrics: EventsMetrics(registry: registry), logger: logger)
+        relayServices = [eventsProducer, relay]
+    }
+    return WorkerServices(services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, ops], worker: worker)
 }
 
 /// Reads the pending consumption requests every 30 s into the worker's gauges (each worker exports the same

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
@@ -38,6 +39,8 @@ public struct WorkerConfiguration: Sendable {
     public var trustedRoots: [String] = ["apple"]
     /// Kafka connection settings (`KAFKA_*`).
     public var kafka: KafkaClientConfigurationValues
+    /// Entitlement events (`EVENTS_*`): the outbox each batch writes, and the relay to the events topic.
+    public var events = EventsConfiguration()
 
     public init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
@@ -47,7 +50,7 @@ public struct WorkerConfiguration: Sendable {
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE",
         "WORKER_OPS_HOST", "WORKER_OPS_PORT", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys
+    ] + KafkaEnvironment.keys + EventsConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
         var configuration = WorkerConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-worker"))
@@ -69,6 +72,7 @@ public struct WorkerConfiguration: Sendable {
         configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
         configuration.apps = try Self.parseApps(try environment.required("APPS"))
         configuration.trustedRoots = environment.list("TRUSTED_ROOTS", default: configuration.trustedRoots)
+        configuration.events = try EventsConfiguration.fromEnvironment(environment)
         return configuration
     }
 
@@ -134,6 +138,14 @@ public struct WorkerConfiguration: Sendable {
     /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
     public var consumerConfiguration: KafkaConsumerConfiguration {
         KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
+    }
+
+    /// The events relay's producer: idempotent, `acks=all`, and gapless (a failure that could leave a gap in a
+    /// partition stops the instance, which is replaced, instead of letting a later record through).
+    public var eventsProducerConfiguration: KafkaProducerConfiguration {
+        var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
+        producer.client.additionalConfig["enable.gapless.guarantee"] = "true"
+        return producer
     }
 
     /// The dead-letter producer: durable (acks=all, idempotent), like ingest's.

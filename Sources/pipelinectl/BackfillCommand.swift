@@ -196,9 +196,8 @@ func parseTime(_ text: String, now: Int64, option: String) throws -> Int64 {
 
 /// "15m", "3d", "12h", "45s", "2w" as milliseconds.
 func parseDuration(_ text: String, option: String) throws -> Int64 {
-    let units: [Character: Int64] = ["s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000]
-    guard let unit = text.last.flatMap({ units[$0] }), let value = Int64(text.dropLast()), value > 0, value < 100_000 else {
+    guard let milliseconds = DurationText.milliseconds(text) else {
         throw ValidationError("\(option) \(UntrustedText.quoted(text)) is not a duration such as 15m, 12h, 3d")
     }
-    return value * unit
+    return milliseconds
 }

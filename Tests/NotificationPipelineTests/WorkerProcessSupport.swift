@@ -12,6 +12,8 @@ final class WorkerProcessFixture: @unchecked Sendable {
     let bootstrap: String
     let topic = TestServices.uniqueName("notifications")
     var deadLetterTopic: String { topic + ".dead-letter" }
+    /// The entitlement events topic of `topic`'s workers (every fixture has its own).
+    func eventsTopic(_ topic: String? = nil) -> String { (topic ?? self.topic) + ".events" }
     let directory = NSTemporaryDirectory() + "worker-fixture-\(UUID().uuidString)"
     var rootFile: String { directory + "/test-root.pem" }
     let minter: NotificationMinter
@@ -39,7 +41,9 @@ final class WorkerProcessFixture: @unchecked Sendable {
     func createTopics(partitions: Int32, topic: String? = nil) async throws {
         let topic = topic ?? self.topic
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
-        _ = try await admin.createTopics([.init(name: topic, partitions: partitions), .init(name: topic + ".dead-letter", partitions: 1)])
+        _ = try await admin.createTopics([
+            .init(name: topic, partitions: partitions), .init(name: topic + ".dead-letter", partitions: 1), .init(name: eventsTopic(topic), partitions: partitions),
+        ])
         for _ in 0..<50 where try await admin.listTopics()[topic] != Int(partitions) { try await Task.sleep(for: .milliseconds(100)) }
         await admin.close()
     }
@@ -70,6 +74,7 @@ final class WorkerProcessFixture: @unchecked Sendable {
         workerCount += 1
         let process = try await ChildProcess.startWorker(binary: binary, environment: [
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": topic + ".dead-letter", "WORKER_GROUP_ID": group,
+            "EVENTS_TOPIC": eventsTopic(topic), "EVENTS_RELAY_INTERVAL_MS": "50",
             "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
             "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
             // Fast group joins and failure detection on the test broker.
@@ -175,7 +180,9 @@ final class WorkerProcessFixture: @unchecked Sendable {
     }
 }
 
-/// What a database holds, minus what legitimately differs between runs (storage times).
+/// What a database holds, minus what legitimately differs between runs: storage times, and each row's event
+/// bookkeeping (how many events a subscription has had depends on the order its notifications arrived in: a
+/// stale one makes none; the events tests check those).
 struct DatabaseDigest: Equatable, CustomStringConvertible {
     var ledger: Int
     var notifications: String
@@ -226,7 +233,7 @@ enum TestDatabase {
                         || jsonb_build_object('kafka_topic', CASE WHEN n.kafka_topic = \(from) THEN \(to) ELSE n.kafka_topic END))::text AS x
                         FROM notifications n) s),
                     (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s),
-                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at')::text AS x FROM entitlements e) s)
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at' - 'event_sequence' - 'last_event_after')::text AS x FROM entitlements e) s)
                 """,
                 logger: ingestTestLogger)
             for try await (ledger, notifications, transactions, entitlements) in rows.decode((Int, String, String, String).self) {

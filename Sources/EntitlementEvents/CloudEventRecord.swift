@@ -1,0 +1,40 @@
+import AppStoreNotifications
+import EntitlementStore
+import KafkaClient
+
+/// An outbox row as a Kafka record in the CloudEvents Kafka protocol binding, binary content mode: the
+/// attributes are `ce_*` headers, the value is the `data` JSON, `content-type` says so; key = subject.
+public enum CloudEventRecord {
+    public static func message(_ event: OutboxEvent, topic: String) -> KafkaProducerMessage {
+        var headers = [
+            KafkaHeader(key: CloudEventsHeader.specVersion, string: "1.0"),
+            KafkaHeader(key: CloudEventsHeader.id, string: event.eventId),
+            KafkaHeader(key: CloudEventsHeader.source, string: event.source),
+            KafkaHeader(key: CloudEventsHeader.type, string: event.type),
+            KafkaHeader(key: CloudEventsHeader.subject, string: event.subject),
+            KafkaHeader(key: CloudEventsHeader.time, string: event.time),
+        ]
+        if let sequence = event.paddedSequence { headers.append(KafkaHeader(key: CloudEventsHeader.sequence, string: sequence)) }
+        headers.append(KafkaHeader(key: CloudEventsHeader.contentType, string: "application/json"))
+        return KafkaProducerMessage(topic: topic, key: Array(event.subject.utf8), value: Array(event.data.utf8), headers: headers)
+    }
+
+    /// A record read back from the events topic as the CloudEvents structured form: the attributes and `data`
+    /// in one JSON object (what `pipelinectl events tail --json` prints and webhooks deliver). Nil when the
+    /// record is not a CloudEvent (no `ce_id`, or `data` that is not JSON).
+    public static func structured(_ record: KafkaConsumerMessage) -> JSONObject? {
+        guard let id = record.headers.string(CloudEventsHeader.id), let data = try? StrictJSONParser().parse(record.value) else { return nil }
+        var object = JSONObject([
+            "specversion": .string(record.headers.string(CloudEventsHeader.specVersion) ?? "1.0"),
+            "id": .string(id),
+            "source": .string(record.headers.string(CloudEventsHeader.source) ?? ""),
+            "type": .string(record.headers.string(CloudEventsHeader.type) ?? ""),
+            "subject": .string(record.headers.string(CloudEventsHeader.subject) ?? ""),
+            "time": .string(record.headers.string(CloudEventsHeader.time) ?? ""),
+        ])
+        if let sequence = record.headers.string(CloudEventsHeader.sequence) { object["sequence"] = .string(sequence) }
+        object["datacontenttype"] = .string(record.headers.string(CloudEventsHeader.contentType) ?? "application/json")
+        object["data"] = data
+        return object
+    }
+}
