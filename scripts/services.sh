@@ -104,7 +104,14 @@ postgres_down() {
 }
 
 kafka_down() {
-    if alive "$state/tansu.pid"; then kill "$(cat "$state/tansu.pid")"; fi
+    if alive "$state/tansu.pid"; then
+        local pid
+        pid=$(cat "$state/tansu.pid")
+        kill "$pid"
+        # Gone before this returns (a caller that checks right after must not find it), killed after 5 s.
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
     rm -f "$state/tansu.pid" "$state/kafka.bootstrap" "$state/tansu.log"
     log "tansu stopped"
 }

@@ -28,9 +28,12 @@ public enum TopicReader {
     /// (found by a binary search over record timestamps, which works on every broker): `dlq list --since` and
     /// `dlq redrive --since` then fetch what they need, not the whole retention. The margin covers producers
     /// whose clocks disagree a little; callers still filter by their own time, so starting early is harmless.
+    ///
+    /// With `follow`, it does not stop at the end: it goes on handing over new records until the task is
+    /// cancelled (`timeout` then does not apply).
     public static func forEach(
         _ topic: String, client: KafkaClientConfiguration, logger: Logger, since: Int64? = nil, sinceMargin: Int64 = 300_000,
-        timeout: Duration = .seconds(600), settle: Duration = .seconds(1),
+        timeout: Duration = .seconds(600), settle: Duration = .seconds(1), follow: Bool = false,
         progress: @Sendable (Int, Int64) -> Void = { _, _ in }, _ body: (KafkaConsumerMessage) async throws -> Void
     ) async throws {
         let admin = try KafkaAdminClient(configuration: client, logger: logger)
@@ -61,7 +64,7 @@ public enum TopicReader {
             }
         }
         await admin.close()
-        guard !remaining.isEmpty else { return }
+        guard !remaining.isEmpty || follow else { return }
 
         var configuration = KafkaConsumerConfiguration(client: client, groupId: "pipelinectl-reader-\(UUID().uuidString.lowercased())")
         configuration.sessionTimeoutMilliseconds = 6_000
@@ -76,8 +79,8 @@ public enum TopicReader {
         let deadline = ContinuousClock.now + timeout
         var quietSince: ContinuousClock.Instant?
         do {
-            while quietSince.map({ ContinuousClock.now - $0 < settle }) ?? true {
-                guard ContinuousClock.now < deadline else { throw TopicReadError(description: "reading \(topic) timed out with \(remaining.count) partition(s) unfinished") }
+            while follow ? !Task.isCancelled : quietSince.map({ ContinuousClock.now - $0 < settle }) ?? true {
+                guard follow || ContinuousClock.now < deadline else { throw TopicReadError(description: "reading \(topic) timed out with \(remaining.count) partition(s) unfinished") }
                 let batch = try await consumer.pollBatch(maximum: 1_000, timeoutMilliseconds: 200)
                 if !toSeek.isEmpty {
                     let assigned = Set(try await consumer.assignment().map(\.partition))

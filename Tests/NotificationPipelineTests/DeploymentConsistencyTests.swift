@@ -1,4 +1,7 @@
 import AppStoreNotifications
+import EntitlementEvents
+import EntitlementStore
+import TestSupport
 import Foundation
 import KafkaClient
 import Prometheus
@@ -271,6 +274,60 @@ struct DeploymentConsistencyTests {
         #expect(channels["appleNotificationPost"]?["address"] as? String == IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).notificationPath)
     }
 
+    @Test("docs/asyncapi.yaml lists the events topic, every CloudEvents header the relay sets and every event type")
+    func asyncAPIEvents() throws {
+        let document = try #require(try YAMLFile.load("docs/asyncapi.yaml").first as? [String: Any])
+        let messages = try #require((document["components"] as? [String: Any])?["messages"] as? [String: [String: Any]])
+        let properties = try #require((messages["entitlementEvent"]?["headers"] as? [String: Any])?["properties"] as? [String: Any])
+        let record = CloudEventRecord.message(
+            OutboxEvent(rowId: 1, eventId: "i", type: "entitlement.granted", source: "/apps/b/Sandbox", subject: "s", time: "t", sequence: 1, data: "{}"), topic: "t")
+        let set = Set(record.headers.map(\.key))
+        #expect(set == Set(CloudEventsHeader.all), "the relay sets exactly the documented list: \(set)")
+        #expect(set.isSubset(of: Set(properties.keys)), "undocumented headers: \(set.subtracting(properties.keys))")
+        let types = (properties[CloudEventsHeader.type] as? [String: Any])?["enum"] as? [String]
+        #expect(Set(types ?? []) == Set(EntitlementEventType.allCases.map(\.rawValue)))
+        let channels = try #require(document["channels"] as? [String: [String: Any]])
+        #expect(channels["entitlementEvents"]?["address"] as? String == EventsConfiguration().topic)
+    }
+
+    @Test("events the code emits validate against docs/entitlement-event.schema.json, every type and cause kind among them")
+    func eventSchema() async throws {
+        let authority = try TestCertificateAuthority()
+        let minter = NotificationMinter(chain: try authority.issueChain())
+        let verifier = try SignedPayloadVerifier(
+            configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
+        var notifications = NotificationMinter.lifecycleEvents(subscriptions: 10)
+        for (index, type) in ["TEST", "REFUND_DECLINED", "CONSUMPTION_REQUEST", "ONE_TIME_CHARGE"].enumerated() {
+            var event = NotificationMinter.SubscriptionEvent.sample(seed: 900 + index, type: type)
+            if type == "ONE_TIME_CHARGE" { event.productType = "Consumable" }
+            notifications.append(event)
+        }
+        var states: [String: EntitlementState] = [:]
+        var afters: [String: EntitlementSnapshot] = [:]
+        var sequences: [String: Int64] = [:]
+        var events: [EntitlementEvent] = []
+        for event in notifications {
+            let verified = try await verifier.verifyNotification(minter.signedNotification(event))
+            let cause = EntitlementEventCause(verified, key: event.notificationUUID)
+            if let own = EntitlementEvent.ofNotification(verified, cause: cause) { events.append(own) }
+            let id = event.originalTransactionId
+            guard case .updated(let state) = EntitlementTransition.apply(verified, to: states[id]) else { continue }
+            states[id] = state
+            if let change = EntitlementEvent.change(of: state, before: afters[id], sequence: (sequences[id] ?? 0) + 1, cause: cause) {
+                events.append(change)
+                sequences[id] = change.sequence
+                afters[id] = EntitlementSnapshot(state, at: change.time)
+            }
+        }
+        #expect(Set(events.map(\.type)).isSuperset(of: [.granted, .revoked, .renewed, .updated, .refundDeclined, .consumptionRequested, .oneTimePurchase, .notificationTest]))
+        let problems = try JSONSchemaCheck.validate(events.map(\.data.serialized), against: "docs/entitlement-event.schema.json")
+        #expect(problems.isEmpty, "\(problems.prefix(5))")
+        // And the check can fail: a date without milliseconds and a missing field are refused.
+        var broken = try #require(events.first { $0.sequence != nil }).data
+        broken["cause"] = nil
+        #expect(try JSONSchemaCheck.validate([broken.serialized], against: "docs/entitlement-event.schema.json").count == 1)
+    }
+
     // MARK: - Dockerfile and dashboard
 
     @Test("Dockerfile builds every executable statically, runs as non-root, exposes the services' ports")
@@ -345,5 +402,37 @@ enum YAMLFile {
         process.waitUntilExit()
         try #require(process.terminationStatus == 0, "\(relativePath) is not valid YAML")
         return try #require(try JSONSerialization.jsonObject(with: data) as? [Any])
+    }
+}
+
+/// JSON Schema validation by the venv's `jsonschema` (scripts/install.sh): an independent implementation of the
+/// standard. Returns one message per instance that does not validate.
+enum JSONSchemaCheck {
+    static func validate(_ instances: [String], against schemaPath: String) throws -> [String] {
+        let python = repositoryRoot.appendingPathComponent(".venv/bin/python3").path
+        try #require(FileManager.default.isExecutableFile(atPath: python), "run scripts/install.sh: the test validates with the venv's jsonschema")
+        let script = """
+            import json, sys, jsonschema
+            schema = json.load(open(sys.argv[1]))
+            validator = jsonschema.Draft202012Validator(schema)
+            for index, line in enumerate(sys.stdin):
+                for error in validator.iter_errors(json.loads(line)):
+                    print(f"instance {index}: {error.message} at {list(error.absolute_path)}")
+                    break
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = ["-c", script, repositoryRoot.appendingPathComponent(schemaPath).path]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(instances.map { $0 + "\n" }.joined().utf8))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "the validator failed: \(String(decoding: data, as: UTF8.self))")
+        return String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 }

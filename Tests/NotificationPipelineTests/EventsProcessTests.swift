@@ -183,6 +183,17 @@ struct EventsProcessTests {
         func members(_ object: JSONObject?) -> [String: JSONValue]? { object.map { Dictionary($0.members.map { ($0.key, $0.value) }) { first, _ in first } } }
         for (id, afters) in expected { #expect(members(rows[id]) == members(afters.last), "\(id): the last after equals the row") }
 
+        // pipelinectl events tail reads the topic, filtered.
+        let subject = try #require(expected.keys.sorted().first)
+        let tail = try await fixture.pipelinectl(["events", "tail", "--events-topic", fixture.eventsTopic(), "--original-transaction-id", subject, "--json"])
+        #expect(tail.status == 0, "\(tail.output)")
+        let tailed = tail.output.split(separator: "\n").compactMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }
+        #expect(tailed.map { $0["data"]?.objectValue?["after"]?.objectValue } == (expected[subject] ?? []).map { Optional($0) }, "\(tail.output)")
+        #expect(tailed.allSatisfy { $0["specversion"] == .string("1.0") && $0["subject"] == .string(subject) })
+        let revoked = try await fixture.pipelinectl(["events", "tail", "--events-topic", fixture.eventsTopic(), "--type", "entitlement.revoked"])
+        let revokedLines = revoked.output.split(separator: "\n").filter { $0.contains("entitlement.revoked") }
+        #expect(revokedLines.count == readA.filter { $0.type == "entitlement.revoked" }.count && revokedLines.count > 0, "\(revoked.output.prefix(500))")
+
         // Replay from earliest: every notification is a duplicate now, so no new event.
         await fixture.stopOneByOne(workers)
         let replay = try await fixture.pipelinectl(["replay", "--group", groupA, "--topic", fixture.topic, "--to", "earliest"])

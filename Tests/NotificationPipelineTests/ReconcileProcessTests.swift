@@ -81,6 +81,17 @@ struct ReconcileProcessTests {
         #expect(again.status == 0, "\(again.output)")
         #expect(scene.summary(again.output)?["changed"] == .array([]), "\(again.output)")
         #expect(try await Self.rows(scene) == expected)
+
+        // Each repaired row made one event, caused by the status snapshot; the second reconcile made none.
+        var bySnapshot: [String: Int] = [:]
+        let deadline = ContinuousClock.now + .seconds(30)
+        repeat {
+            let events = try await EventsProcessTests.readEvents(scene.fixture, topic: scene.fixture.eventsTopic(), atLeast: 1)
+            bySnapshot = Dictionary(grouping: events.filter { $0.data["cause"]?.objectValue?["kind"] == .string("statusSnapshot") }, by: \.subject).mapValues(\.count)
+            if wrong.isSubset(of: bySnapshot.keys) { break }
+            try await Task.sleep(for: .milliseconds(500))
+        } while ContinuousClock.now < deadline
+        #expect(wrong.isSubset(of: bySnapshot.keys) && bySnapshot.values.allSatisfy { $0 == 1 }, "one statusSnapshot event per repaired row: \(bySnapshot)")
         await scene.finish()
     }
 
