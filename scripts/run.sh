@@ -170,6 +170,14 @@ log "pipelinectl entitlements --all"
 "$bin/pipelinectl" entitlements --all
 log "pipelinectl dlq list"
 "$bin/pipelinectl" dlq list --limit 0
+log "entitlement events (the CloudEvents topic app backends read): one subscription's story, then the count by type"
+for _ in $(seq 100); do  # the relay publishes the outbox within a round or two of the last batch
+    [[ $("$PIPELINE_PG_BIN/psql" "$POSTGRES_URL" -qAtc "SELECT count(*) FROM entitlement_events_outbox WHERE published_at IS NULL") == 0 ]] && break
+    sleep 0.2
+done
+events_subject=$("$bin/pipelinectl" events tail --json --type entitlement.revoked | python3 -c 'import json,sys; lines=[json.loads(l) for l in sys.stdin if l.startswith("{")]; print(lines[0]["subject"] if lines else "")')
+[[ -n $events_subject ]] && "$bin/pipelinectl" events tail --original-transaction-id "$events_subject"
+"$bin/pipelinectl" events tail --json | python3 -c 'import collections,json,sys; c=collections.Counter(json.loads(l)["type"] for l in sys.stdin if l.startswith("{")); print("events by type: " + ", ".join(f"{t} {n}" for t, n in sorted(c.items())))'
 
 log "configure the second app (APPS += $later_app), restart the workers one by one, re-drive the dead letters"
 for number in 1 2; do
@@ -218,7 +226,8 @@ cat <<EOF
   Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
   fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log
-  operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements, backfill, test-notification)
+  events        $bin/pipelinectl events tail --follow     (topic appstore.entitlement-events.v1, docs/events.md)
+  operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements, events, backfill, test-notification)
   stop          scripts/run.sh stop$( [[ -t 0 && -z ${RUN_DETACH:-} ]] && echo "   (or Ctrl-C here)")
 EOF
 

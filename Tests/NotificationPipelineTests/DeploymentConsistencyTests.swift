@@ -360,6 +360,10 @@ struct DeploymentConsistencyTests {
         worker.deadLettered(code: "c")
         worker.retry(step: "s")
         worker.lag(partition: KafkaTopicPartition(topic: "t", partition: 0), records: 1)
+        let events = EventsMetrics(registry: registry)
+        events.oldestUnpublishedAge.record(Double(1))
+        events.published.increment()
+        events.relayFailures.increment()
         var buffer: [UInt8] = []
         registry.emit(into: &buffer)
         let exported = Set(String(decoding: buffer, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { String($0.split(separator: " ")[2]) })
@@ -368,7 +372,7 @@ struct DeploymentConsistencyTests {
         let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         let expressions = (dashboard["panels"] as? [[String: Any]] ?? []).flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
         #expect(expressions.count >= 10)
-        let pattern = try Regex(#"\b(ingest|worker)_[a-z_]+"#)
+        let pattern = try Regex(#"\b(ingest|worker|events)_[a-z_]+"#)
         var plotted: Set<String> = []
         for expression in expressions {
             for match in expression.matches(of: pattern) {
@@ -380,7 +384,7 @@ struct DeploymentConsistencyTests {
         #expect(plotted.subtracting(exported).isEmpty, "plotted but never exported: \(plotted.subtracting(exported).sorted())")
         // Every panel the issue names: ingest rate and latency, outcomes by reason, batch latency, lag, dead letters.
         for required in ["ingest_requests_total", "ingest_produce_duration_seconds", "worker_notifications_total", "worker_dead_letters_total",
-                         "worker_batch_duration_seconds", "worker_consumer_lag_records"] {
+                         "worker_batch_duration_seconds", "worker_consumer_lag_records", "events_outbox_oldest_age_seconds", "events_published_total"] {
             #expect(plotted.contains(required), "the dashboard plots \(required)")
         }
     }
