@@ -11,7 +11,9 @@ import Glibc
 #endif
 
 /// Worker throughput end to end (topic → committed rows in PostgreSQL) with 1 and 2 `worker` processes, next to
-/// the verify-only rate of the same verifier on all cores measured in the same run, and the workers' RSS.
+/// the verify-only rate of the same verifier on all cores measured in the same run, and the workers' RSS; with
+/// entitlement events off and on (one worker each, same stream), and the relay's own publish rate (the outbox
+/// filled while the bench holds the relay's election lock, then timed until every event is published).
 ///
 /// Usage: worker-bench BOOTSTRAP POSTGRES_URL [N]. Fills a fresh topic with N realistic notifications (subscription
 /// lifecycles, ≈10 % duplicates), then for each pool size starts the release `worker` binary next to this one on
@@ -83,7 +85,9 @@ struct WorkerBench {
         let topic = "bench-worker-\(UUID().uuidString.prefix(8))"
         let client = KafkaClientConfiguration(bootstrapServers: [bootstrap])
         let admin = try KafkaAdminClient(configuration: client, logger: logger)
-        _ = try await admin.createTopics([.init(name: topic, partitions: 4), .init(name: topic + ".dead-letter", partitions: 1)])
+        _ = try await admin.createTopics([
+            .init(name: topic, partitions: 4), .init(name: topic + ".dead-letter", partitions: 1), .init(name: topic + ".events", partitions: 4),
+        ])
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: client), logger: logger)
         let produceStart = ContinuousClock.now
         for start in stride(from: 0, to: payloads.count, by: 1_000) {
@@ -101,14 +105,32 @@ struct WorkerBench {
         print("topic \(topic) filled in \(seconds(ContinuousClock.now - produceStart)) s (4 partitions)")
 
         print("")
-        print("workers   end-to-end notifications/s   ratio to verify-only   start-up s   total s   worker RSS MB (steady / peak)")
-        for workers in [1, 2] {
+        print("workers   events   end-to-end notifications/s   ratio to verify-only   start-up s   total s   worker RSS MB (steady / peak)")
+        var rates: [String: Double] = [:]
+        var relayFigure = ""
+        for (workers, events, holdRelay) in [(1, false, false), (1, true, false), (2, true, false), (1, true, true)] {
             let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
             try await withPostgres(postgresURL, logger: logger) { client in
                 _ = try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
             }
             let databaseURL = String(postgresURL[..<postgresURL.lastIndex(of: "/")!]) + "/" + database
             let group = "bench-\(UUID().uuidString.prefix(8))"
+            // The relay run: the bench holds the relay's election lock until every notification is stored.
+            let lockHolder = PostgresClient(configuration: try .init(url: databaseURL), backgroundLogger: logger)
+            let lockRunning = Task { await lockHolder.run() }
+            defer { lockRunning.cancel() }
+            let lockHeld = AsyncStream<Void>.makeStream()
+            let lockRelease = AsyncStream<Void>.makeStream()
+            let lockTask = Task {
+                guard holdRelay else { return }
+                try await lockHolder.withConnection { connection in
+                    try await connection.query("SELECT pg_advisory_lock(\(Int64(0x6576_7473)))", logger: logger)
+                    lockHeld.continuation.yield()
+                    for await _ in lockRelease.stream { break }
+                    try await connection.query("SELECT pg_advisory_unlock(\(Int64(0x6576_7473)))", logger: logger)
+                }
+            }
+            if holdRelay { for await _ in lockHeld.stream { break } }
             let start = ContinuousClock.now
             var processes: [Process] = []
             for index in 0..<workers {
@@ -117,6 +139,7 @@ struct WorkerBench {
                     "APPS": "\(minter.bundleId):\(minter.appAppleId)", "TRUSTED_ROOTS": work + "/root.pem", "LOG_LEVEL": "error",
                     "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()), "WORKER_BATCH_SIZE": "500",
                     "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "500",
+                    "EVENTS_ENABLED": String(events), "EVENTS_TOPIC": topic + ".events",
                 ], logFile: work + "/worker-\(workers)-\(index).log"))
             }
             // Done when every distinct notification is in the ledger (committed rows). The group's lag is not used:
@@ -142,6 +165,25 @@ struct WorkerBench {
                     }
                 }
             }
+            if holdRelay {
+                // The outbox is full; the relay starts now, in a worker that has nothing else left to do.
+                lockRelease.continuation.yield()
+                try await lockTask.value
+                let relayStart = ContinuousClock.now
+                let published = try await withPostgres(databaseURL, logger: logger) { client in
+                    while true {
+                        var counts = (0, 0)
+                        for try await row in try await client.query(
+                            "SELECT count(*)::int, count(*) FILTER (WHERE published_at IS NULL)::int FROM entitlement_events_outbox", logger: logger
+                        ).decode((Int, Int).self) { counts = row }
+                        if counts.1 == 0 { return counts.0 }
+                        if ContinuousClock.now - relayStart > .seconds(600) { print("the relay did not finish in 10 minutes"); exit(1) }
+                        try await Task.sleep(for: .milliseconds(50))
+                    }
+                }
+                let relaySeconds = seconds(ContinuousClock.now - relayStart)
+                relayFigure = String(format: "relay: %d events published in %.2f s = %.0f events/s (one elected relay, batches of 500)", published, relaySeconds, Double(published) / relaySeconds)
+            }
             let peak = rssSamples.max() ?? 0
             // The figure deploy/measured-memory.json records (the deployment consistency test holds the pod
             // limits to it).
@@ -155,8 +197,10 @@ struct WorkerBench {
             }
             let processing = seconds(end - (firstProgress ?? start))
             let rate = Double(payloads.count) / processing
+            if !holdRelay { rates["\(workers)-\(events)"] = rate }
             print(
                 "\(workers)".padding(toLength: 10, withPad: " ", startingAt: 0)
+                    + (events ? (holdRelay ? "on*" : "on") : "off").padding(toLength: 9, withPad: " ", startingAt: 0)
                     + "\(Int(rate))".padding(toLength: 29, withPad: " ", startingAt: 0)
                     + String(format: "%.2f", rate / verifyRate).padding(toLength: 23, withPad: " ", startingAt: 0)
                     + String(format: "%.1f", seconds((firstProgress ?? start) - start)).padding(toLength: 13, withPad: " ", startingAt: 0)
@@ -165,6 +209,11 @@ struct WorkerBench {
         }
         await admin.close()
         print("")
+        if let off = rates["1-false"], let on = rates["1-true"] {
+            print(String(format: "events on / off, one worker: %.2f (target ≥ 0.90)", on / off))
+        }
+        print(relayFigure)
+        print("on*: the relay held off until every notification was stored (what the relay line measures)")
         print("end to end = all records (duplicates included) / time from the first notification stored to the last one stored")
         print("(ledger count = distinct notifications). Broker, PostgreSQL and the workers share these \(cores) cores.")
     }
