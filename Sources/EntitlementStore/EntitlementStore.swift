@@ -511,6 +511,9 @@ public struct EntitlementStore: Sendable {
             "superseded_by": text(s.supersededBy),
             "last_notification_uuid": text(s.lastNotificationUUID),
             "last_order_key": .string(EntitlementTransition.order(of: s).key),
+            "contradiction": text(s.contradiction),
+            "contradicted_since": millis(s.contradictedSince),
+            "contradiction_grants_until": millis(s.contradictionGrantsUntil),
             "state": .string(String(decoding: try JSONEncoder().encode(s), as: UTF8.self)),
         ]))
     }
@@ -526,7 +529,7 @@ public struct EntitlementStore: Sendable {
             app_account_token, price, currency, last_notification_type, last_notification_subtype, last_signed_date,
             apple_status, period_transaction_id, period_purchase_date, revocation_percentage, app_transaction_id,
             previous_original_transaction_id, superseded_by, last_notification_uuid, last_order_key, state, event_sequence,
-            last_event_after, updated_at)
+            last_event_after, contradiction, contradicted_since, contradiction_grants_until, updated_at)
         SELECT r.environment, r.bundle_id, r.original_transaction_id, r.product_id, r.subscription_group_id, r.status,
             to_timestamp(r.expires_at / 1000.0), to_timestamp(r.grace_period_expires_at / 1000.0), r.auto_renew_status,
             r.auto_renew_product_id, to_timestamp(r.billing_issue_since / 1000.0), to_timestamp(r.revocation_date / 1000.0),
@@ -535,7 +538,7 @@ public struct EntitlementStore: Sendable {
             to_timestamp(r.last_signed_date / 1000.0), r.apple_status, r.period_transaction_id,
             to_timestamp(r.period_purchase_date / 1000.0), r.revocation_percentage, r.app_transaction_id,
             r.previous_original_transaction_id, r.superseded_by, r.last_notification_uuid, r.last_order_key, r.state::jsonb, r.event_sequence,
-            r.last_event_after::jsonb, now()
+            r.last_event_after::jsonb, r.contradiction, to_timestamp(r.contradicted_since / 1000.0), to_timestamp(r.contradiction_grants_until / 1000.0), now()
         FROM jsonb_to_recordset(\(rows)::jsonb) AS r(environment text, bundle_id text, original_transaction_id text, product_id text,
             subscription_group_id text, status text, expires_at bigint, grace_period_expires_at bigint, auto_renew_status integer,
             auto_renew_product_id text, billing_issue_since bigint, revocation_date bigint, revocation_reason integer,
@@ -543,7 +546,8 @@ public struct EntitlementStore: Sendable {
             app_account_token text, price bigint, currency text, last_notification_type text, last_notification_subtype text,
             last_signed_date bigint, apple_status integer, period_transaction_id text, period_purchase_date bigint,
             revocation_percentage integer, app_transaction_id text, previous_original_transaction_id text, superseded_by text,
-            last_notification_uuid text, last_order_key text, state text, event_sequence bigint, last_event_after text)
+            last_notification_uuid text, last_order_key text, state text, event_sequence bigint, last_event_after text,
+            contradiction text, contradicted_since bigint, contradiction_grants_until bigint)
         ON CONFLICT (environment, bundle_id, original_transaction_id) DO UPDATE SET
             product_id = EXCLUDED.product_id, subscription_group_id = EXCLUDED.subscription_group_id, status = EXCLUDED.status,
             expires_at = EXCLUDED.expires_at, grace_period_expires_at = EXCLUDED.grace_period_expires_at,
@@ -559,7 +563,10 @@ public struct EntitlementStore: Sendable {
             app_transaction_id = EXCLUDED.app_transaction_id,
             previous_original_transaction_id = EXCLUDED.previous_original_transaction_id, superseded_by = EXCLUDED.superseded_by,
             last_notification_uuid = EXCLUDED.last_notification_uuid, last_order_key = EXCLUDED.last_order_key,
-            state = EXCLUDED.state, event_sequence = EXCLUDED.event_sequence, last_event_after = EXCLUDED.last_event_after, updated_at = now()
+            state = EXCLUDED.state, event_sequence = EXCLUDED.event_sequence, last_event_after = EXCLUDED.last_event_after,
+            contradiction = EXCLUDED.contradiction, contradicted_since = EXCLUDED.contradicted_since,
+            contradiction_grants_until = EXCLUDED.contradiction_grants_until,
+            contradiction_pulled_at = CASE WHEN EXCLUDED.contradiction IS NULL THEN NULL ELSE entitlements.contradiction_pulled_at END, updated_at = now()
         WHERE CASE WHEN entitlements.last_order_key IS NULL THEN entitlements.last_signed_date <= EXCLUDED.last_signed_date
             ELSE entitlements.last_order_key COLLATE "C" < EXCLUDED.last_order_key COLLATE "C" END
         """

@@ -308,5 +308,31 @@ public enum Migrations {
             """,
             "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
         ]),
+        // Rows that contradict Apple's last word: why and since when, the bounded grant while Apple says active,
+        // and when the self-healing status pull last asked Apple about the row. The views grant access until the
+        // backstop (recreated once more, so that they also show the new columns).
+        Migration(version: 9, name: "contradicted entitlements: reason, since, bounded grant, last pull", sql: [
+            """
+            ALTER TABLE entitlements
+                ADD COLUMN contradiction text,
+                ADD COLUMN contradicted_since timestamptz,
+                ADD COLUMN contradiction_grants_until timestamptz,
+                ADD COLUMN contradiction_pulled_at timestamptz
+            """,
+            "CREATE INDEX entitlements_contradicted ON entitlements (contradicted_since) WHERE contradiction IS NOT NULL",
+            "DROP VIEW entitlements_production_now",
+            "DROP VIEW entitlements_now",
+            """
+            CREATE VIEW entitlements_now AS
+            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND (CASE
+                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
+                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
+                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
+                ELSE true END OR coalesce(e.contradiction_grants_until > now(), false))) AS is_active
+            FROM entitlements e
+            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
+            """,
+            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
+        ]),
     ]
 }

@@ -1,5 +1,6 @@
 import Foundation
 import AppStoreNotifications
+import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
 import Hummingbird
@@ -52,7 +53,19 @@ public func buildWorkerServices(
             configuration: configuration.events, store: store, producer: eventsProducer, metrics: EventsMetrics(registry: registry), logger: logger)
         relayServices = [eventsProducer, relay]
     }
-    return WorkerServices(services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, ops], worker: worker)
+    // Self-healing of rows that contradict Apple (only where an App Store Server API key is configured).
+    var healServices: [any Service] = []
+    if let variables = configuration.appStoreVariables {
+        var reconcilers: [AppStoreNotifications.Environment: StatusReconciler] = [:]
+        for environment in Set(configuration.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
+            let api = AppStoreServerAPIClient(configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger)
+            reconcilers[environment] = StatusReconciler(api: api, producer: PulledRecordProducer(producer: deadLetters, topic: configuration.topic), store: store, logger: logger)
+        }
+        healServices = [ContradictionHealer(
+            store: store, reconcilers: reconcilers, apps: configuration.apps, interval: configuration.healInterval, retryAfter: configuration.healRetryAfter,
+            metrics: metrics, logger: logger)]
+    }
+    return WorkerServices(services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge] + healServices + [ops], worker: worker)
 }
 
 /// Reads the pending consumption requests every 30 s into the worker's gauges (each worker exports the same
@@ -70,6 +83,7 @@ struct ConsumptionRequestGauge: Service {
                     metrics.consumptionRequestsPending.record(Double(summary.count))
                     let now = Int64(Date().timeIntervalSince1970 * 1000)
                     metrics.consumptionRequestDeadline.record(Double(summary.nearestDeadline.map { $0 - now } ?? 43_200_000) / 1000)
+                    for (reason, count) in try await store.contradictionCounts() { metrics.contradicted(reason: reason, count) }
                 } catch {
                     logger.debug("could not read pending consumption requests: \(error)")
                 }

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
 import Foundation
@@ -41,6 +42,13 @@ public struct WorkerConfiguration: Sendable {
     public var kafka: KafkaClientConfigurationValues
     /// Entitlement events (`EVENTS_*`): the outbox each batch writes, and the relay to the events topic.
     public var events = EventsConfiguration()
+    /// The `APPSTORE_*` variables when `APPSTORE_KEY_ID` is set (checked at start-up for every configured
+    /// environment): the worker then heals contradicted rows itself by pulling Apple's statuses.
+    public var appStoreVariables: [String: String]?
+    /// `HEAL_INTERVAL_MS`: how often a worker looks for contradicted rows to pull (default 10 s).
+    public var healInterval: Duration = .seconds(10)
+    /// `HEAL_RETRY_AFTER_MS`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
+    public var healRetryAfter: Duration = .seconds(300)
 
     public init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
@@ -50,7 +58,8 @@ public struct WorkerConfiguration: Sendable {
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE",
         "WORKER_OPS_HOST", "WORKER_OPS_PORT", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys + EventsConfiguration.environmentKeys
+        "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER_MS",
+    ] + KafkaEnvironment.keys + EventsConfiguration.environmentKeys + OperationsConfiguration.appStoreKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
         var configuration = WorkerConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-worker"))
@@ -73,6 +82,21 @@ public struct WorkerConfiguration: Sendable {
         configuration.apps = try Self.parseApps(try environment.required("APPS"))
         configuration.trustedRoots = environment.list("TRUSTED_ROOTS", default: configuration.trustedRoots)
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
+        configuration.healInterval = .milliseconds(try environment.int("HEAL_INTERVAL_MS", default: 10_000, range: 100...3_600_000))
+        configuration.healRetryAfter = .milliseconds(try environment.int("HEAL_RETRY_AFTER_MS", default: 300_000, range: 100...86_400_000))
+        if environment.optionalString("APPSTORE_KEY_ID") != nil {
+            let variables = Dictionary(uniqueKeysWithValues: OperationsConfiguration.appStoreKeys.compactMap { key in environment.optionalString(key).map { (key, $0) } })
+            for app in configuration.apps {
+                for target in app.environments where target == .production || target == .sandbox {
+                    do {
+                        _ = try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: target)
+                    } catch {
+                        throw ConfigurationError(variable: error.variable, reason: error.reason)
+                    }
+                }
+            }
+            configuration.appStoreVariables = variables
+        }
         return configuration
     }
 

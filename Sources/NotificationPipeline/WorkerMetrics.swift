@@ -76,6 +76,22 @@ public struct WorkerMetrics: Sendable {
     }
 
     /// A transient failure that is being retried, by step (`dead letters`, `notifications`).
+    /// A status pull for a contradicted row, by outcome: `pulled`, `unknown_to_apple`, `failed`, `not_configured`.
+    func contradictionPull(_ outcome: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_contradiction_pulls", unitName: "total", helpText: "Status pulls for rows that contradict Apple, by outcome"),
+            labels: [("outcome", outcome)]
+        ).increment()
+    }
+
+    /// Rows that contradict Apple's last word, by reason (measured every 30 s; every worker exports it, take the max).
+    func contradicted(reason: String, _ count: Int) {
+        registry.makeGauge(
+            descriptor: .init(metricName: "entitlements_contradicted", unitName: "", helpText: "Entitlement rows that contradict Apple's last word, by reason"),
+            labels: [("reason", reason)]
+        ).record(Double(count))
+    }
+
     func retry(step: String) {
         registry.makeCounter(
             descriptor: .init(metricName: "worker_retries", unitName: "total", helpText: "Transient failures retried, by step"),

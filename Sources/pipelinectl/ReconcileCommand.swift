@@ -107,13 +107,14 @@ struct ReconcileCommand: AsyncParsableCommand {
     @Flag(help: "Subscriptions whose expiry passed with no notification since (and, with --older-than, rows not updated that long).") var stale = false
     @Option(help: "With --stale: also rows not updated for this long (e.g. 30d).") var olderThan: String?
     @Flag(help: "Every subscription of the app in the database.") var all = false
+    @Flag(help: "Rows that contradict Apple's last word (the workers heal them by themselves when they have an API key).") var contradicted = false
     @Option(help: "How long to wait for the workers to apply the snapshots before comparing (e.g. 2m).") var wait = "2m"
     @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
     @Flag(help: "Print the summary as JSON.") var json = false
 
     func validate() throws {
-        let chosen = [!selection.transactionIds.isEmpty || selection.fromFile != nil, stale, all].filter { $0 }.count
-        guard chosen == 1 else { throw ValidationError("choose one of --transaction-id/--from-file, --stale, --all") }
+        let chosen = [!selection.transactionIds.isEmpty || selection.fromFile != nil, stale, all, contradicted].filter { $0 }.count
+        guard chosen == 1 else { throw ValidationError("choose one of --transaction-id/--from-file, --stale, --all, --contradicted") }
         if olderThan != nil, !stale { throw ValidationError("--older-than goes with --stale") }
     }
 
@@ -122,13 +123,16 @@ struct ReconcileCommand: AsyncParsableCommand {
         let listed = try selection.ids()
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let olderThanMilliseconds = try olderThan.map { try parseDuration($0, option: "--older-than") }
-        let (stale, all, restart, bundleId) = (stale, all, restart, appStore.bundleId)
+        let (stale, all, contradicted, restart, bundleId) = (stale, all, contradicted, restart, appStore.bundleId)
         let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
             let ids: [String]
             let key: String
             if stale {
                 ids = try await store.staleSubscriptions(environment: environment.rawValue, bundleId: bundleId, notUpdatedForMilliseconds: olderThanMilliseconds)
                 key = "stale|\(bundleId)|\(environment.rawValue)|\(olderThanMilliseconds ?? -1)"
+            } else if contradicted {
+                ids = try await store.contradictedSubscriptions(environment: environment.rawValue, bundleId: bundleId)
+                key = "contradicted|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
             } else if all {
                 ids = try await store.allSubscriptions(environment: environment.rawValue, bundleId: bundleId)
                 key = "all|\(bundleId)|\(environment.rawValue)"

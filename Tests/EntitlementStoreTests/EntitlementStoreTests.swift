@@ -81,7 +81,7 @@ struct EntitlementStoreTests {
         let expired = try await notification("EXPIRED", "VOLUNTARY", day: 60, status: 2)
         try await withStore { store, client in
             let outcome = try await store.store([subscribed, renewed, renewed, expired])
-            #expect(outcome == BatchOutcome(applied: 3, duplicates: 1, entitlementsUpdated: 3, stale: 0))
+            #expect(outcome == BatchOutcome(applied: 3, duplicates: 1, entitlementsUpdated: 3, stale: 0, events: 3), "granted, renewed, revoked")
             let row = try await entitlementRow(client)
             #expect(row?.status == "expired" && row?.lastType == "EXPIRED" && row?.active == false)
             #expect(try await count("notifications", client) == 3)

@@ -95,6 +95,100 @@ struct ReconcileProcessTests {
         await scene.finish()
     }
 
+    /// Three subscriptions near today (the view's `now()` decides access): A's first notification is the refund
+    /// of a period that ended 10 days ago with Apple saying active (a renewal we never saw); B's Apple status says
+    /// revoked while its period is open; C is ordinary. Apple's truth: A renewed until 20 days from now, B revoked.
+    static func contradictedCase(_ minter: NotificationMinter) -> (events: [NotificationMinter.SubscriptionEvent], truth: [NotificationMinter.SubscriptionEvent]) {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let day: Int64 = 86_400_000
+        func event(_ id: Int, _ type: String, signed: Int64, period: (Int64, Int64), status: Int32, step: Int) -> NotificationMinter.SubscriptionEvent {
+            var event = NotificationMinter.SubscriptionEvent.sample(seed: 7_700 + id, signedDate: signed, type: type)
+            event.originalTransactionId = String(3_000_000_000_077_000 + id)
+            event.transactionId = String(3_100_000_000_077_000 + id * 10 + step)
+            event.notificationUUID = deterministicUUID(77_000_000 + id * 10 + step)
+            (event.purchaseDate, event.expiresDate) = period
+            event.status = status
+            return event
+        }
+        var refund = event(0, "REFUND", signed: now - 60_000, period: (now - 40 * day, now - 10 * day), status: 1, step: 1)
+        refund.revocationDate = now - 60_000
+        refund.revocationReason = 0
+        let renewedTruth = event(0, "DID_RENEW", signed: now - 30_000, period: (now - 10 * day, now + 20 * day), status: 1, step: 2)
+        let subscribedB = event(1, "SUBSCRIBED", signed: now - 5 * day, period: (now - 5 * day, now + 25 * day), status: 1, step: 1)
+        var revokedWord = event(1, "DID_CHANGE_RENEWAL_STATUS", signed: now - 60_000, period: (now - 5 * day, now + 25 * day), status: 5, step: 1)
+        revokedWord.notificationUUID = deterministicUUID(77_000_000 + 10 + 5)  // the same transaction, another notification
+        var revokedTruth = event(1, "REVOKE", signed: now - 30_000, period: (now - 5 * day, now + 25 * day), status: 5, step: 1)
+        revokedTruth.revocationDate = now - 60_000
+        revokedTruth.revocationType = "FAMILY_REVOKE"
+        let ordinary = event(2, "SUBSCRIBED", signed: now - day, period: (now - day, now + 29 * day), status: 1, step: 1)
+        return ([refund, subscribedB, revokedWord, ordinary], [renewedTruth, revokedTruth, ordinary])
+    }
+
+    static func contradictionRows(_ scene: BackfillScene) async throws -> [String] {
+        try await scene.query(
+            """
+            SELECT original_transaction_id || ' ' || status || ' ' || is_active || ' ' || coalesce(contradiction, '-') FROM entitlements_now
+            ORDER BY original_transaction_id
+            """, as: String.self)
+    }
+
+    @Test("self-healing: a row Apple contradicts is marked, granted until the backstop (or denied), pulled by the worker without an operator, and ends as Apple says; no pull for a row that is not contradicted")
+    func selfHealing() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerHeals: true)
+        let minter = scene.fixture.minter
+        let (events, truth) = Self.contradictedCase(minter)
+        for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
+        try await scene.startIngest()
+        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
+        let (a, b, c) = (events[0].originalTransactionId, events[1].originalTransactionId, events[3].originalTransactionId)
+
+        // Healed without an operator: A active until its renewed period's end, B revoked, neither marked.
+        var rows: [String] = []
+        let deadline = ContinuousClock.now + .seconds(60)
+        let healed = ["\(a) active true -", "\(b) revoked false -", "\(c) active true -"]
+        repeat {
+            rows = try await Self.contradictionRows(scene)
+            if rows == healed { break }
+            try await Task.sleep(for: .milliseconds(200))
+        } while ContinuousClock.now < deadline
+        #expect(rows == healed, "\(scene.fixture.logTail())")
+        #expect(try await scene.query("SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM entitlements WHERE original_transaction_id = '\(a)'", as: Int64.self) == [truth[0].expiresDate])
+        let asked = scene.apple.fake.requests.map(\.path)
+        #expect(asked.contains { $0.hasSuffix("/" + a) } && asked.contains { $0.hasSuffix("/" + b) }, "\(asked)")
+        #expect(!asked.contains { $0.hasSuffix("/" + c) }, "no pull for a row that is not contradicted: \(asked)")
+        // Each heal made one event caused by the status snapshot.
+        let healEvents = try await EventsProcessTests.readEvents(scene.fixture, topic: scene.fixture.eventsTopic(), atLeast: 1)
+            .filter { $0.data["cause"]?.objectValue?["kind"] == .string("statusSnapshot") }
+        #expect(Set(healEvents.map(\.subject)) == [a, b], "\(healEvents.map(\.subject))")
+        await scene.finish()
+    }
+
+    @Test("without a key the row stays marked (granted until the backstop, or denied) and reconcile --contradicted heals it")
+    func contradictedByHand() async throws {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let minter = scene.fixture.minter
+        let (events, truth) = Self.contradictedCase(minter)
+        for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
+        try await scene.startIngest()
+        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
+        let (a, b, c) = (events[0].originalTransactionId, events[1].originalTransactionId, events[3].originalTransactionId)
+        #expect(try await Self.contradictionRows(scene) == [
+            "\(a) active true appleActiveDatesPassed", "\(b) revoked false appleInactivePeriodOpen", "\(c) active true -",
+        ], "marked: A granted until the backstop (its period ended 10 days ago), B denied")
+        #expect(try await scene.query(
+            "SELECT (contradiction_grants_until > now() + interval '6 days' AND contradiction_grants_until < now() + interval '7 days')::text FROM entitlements WHERE original_transaction_id = '\(a)'",
+            as: String.self) == ["true"], "the backstop: 7 days from the contradicting notification")
+        #expect(scene.apple.fake.requests.filter { $0.path.contains("/subscriptions/") }.isEmpty, "no key: nothing pulled by itself")
+
+        let reconcile = try await scene.run(["reconcile"] + Self.app + ["--contradicted", "--json"], extra: Self.fast)
+        #expect(reconcile.status == 0, "\(reconcile.output)")
+        #expect(try await Self.contradictionRows(scene) == ["\(a) active true -", "\(b) revoked false -", "\(c) active true -"], "\(reconcile.output)")
+        #expect(!scene.apple.fake.requests.map(\.path).contains { $0.hasSuffix("/" + c) })
+        await scene.finish()
+    }
+
     @Test("kill -9 of pipelinectl reconcile mid-run, then the same command: it resumes at the checkpointed id, none asked for twice")
     func killAndResume() async throws {
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, withWorker: false)

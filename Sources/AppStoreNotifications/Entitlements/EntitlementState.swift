@@ -80,6 +80,17 @@ public struct EntitlementState: Sendable, Hashable, Codable {
     /// The notificationUUID of the notification that last changed this row (the tie-breaker of equal signedDates).
     public var lastNotificationUUID: String?
 
+    // Added in schema 9 (absent from rows written before: decoded as nil).
+
+    /// Why the row contradicts Apple's last word (`EntitlementTransition.Contradiction`), nil when it does not.
+    /// A contradicted row is pulled from Apple (Get All Subscription Statuses) to heal it.
+    public var contradiction: String?
+    /// The signedDate at which the contradiction was first seen (kept while it lasts).
+    public var contradictedSince: Timestamp?
+    /// While Apple says active but every date we hold has passed: access is granted until this backstop
+    /// (`contradictedSince` + 7 days), never beyond; nil for the other contradictions.
+    public var contradictionGrantsUntil: Timestamp?
+
     /// A row with what every row has; the other fields start empty.
     public init(environment: String, bundleId: String, originalTransactionId: String, status: Status, lastNotificationType: String, lastSignedDate: Timestamp) {
         self.environment = environment
@@ -101,8 +112,12 @@ public struct EntitlementState: Sendable, Hashable, Codable {
     /// (a renewal notification a few minutes late then denies nothing; a lapsed subscriber keeps access that long).
     /// A grace period ends at `gracePeriodExpiresAt`; without one (no renewal info), Apple still grants access,
     /// so it ends at the latest Apple allows: 28 days after `expiresAt`.
+    ///
+    /// A row Apple says is active while every date we hold has passed (a renewal we have not seen) grants access
+    /// until `contradictionGrantsUntil`, Apple's word meanwhile, bounded.
     public func isActive(at now: Timestamp, leewayMilliseconds: Int64 = defaultExpiryLeewayMilliseconds) -> Bool {
         guard status.grantsAccess else { return false }
+        if let until = contradictionGrantsUntil, now < until { return true }
         let now = now.millisecondsSince1970 - leewayMilliseconds
         if status == .gracePeriod {
             if let grace = gracePeriodExpiresAt { return now < grace.millisecondsSince1970 }

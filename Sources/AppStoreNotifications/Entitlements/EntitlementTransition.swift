@@ -190,11 +190,51 @@ public enum EntitlementTransition {
         let billingProblem = state.status == .billingRetry || state.status == .gracePeriod || (state.status == .expired && payload.subtype == .billingRetry)
         state.billingIssueSince = billingProblem ? (state.expiresAt ?? signedDate) : nil
         state.supersededBy = nil
+        markContradiction(&state, at: signedDate, firstSeenThroughOlderTransaction: current == nil && !carriesPeriod)
         state.lastNotificationType = payload.rawNotificationType ?? ""
         state.lastNotificationSubtype = payload.rawSubtype
         state.lastSignedDate = signedDate
         state.lastNotificationUUID = payload.notificationUUID
         return .updated(state)
+    }
+
+    /// Why a row contradicts Apple's last word. Each is healed by pulling Apple's statuses for the subscription.
+    public enum Contradiction: String, Sendable, CaseIterable {
+        /// Apple's `data.status` is 1 or 4 (active, grace) but no date we hold (expiry, grace end) is after the
+        /// notification's signedDate: a newer period exists that no notification has shown us.
+        case appleActiveDatesPassed
+        /// Apple's status is 2 or 5 (expired, revoked) while the period we hold is still open.
+        case appleInactivePeriodOpen
+        /// The first notification seen for the subscription carries an older transaction than its current period
+        /// (deployed mid-life, or the notifications of the current period were lost).
+        case firstSeenOlderTransaction
+    }
+
+    /// How long a row Apple says is active grants access past every date we hold, at most: from the contradiction's
+    /// first signedDate. A week: a renewal notification Apple retries reaches us well within it, and the status
+    /// pull heals the row in seconds when an API key is configured.
+    public static let contradictionGrantMilliseconds: Int64 = 7 * 24 * 3600 * 1000
+
+    /// Sets (or clears) the row's contradiction at `signedDate`, after Apple's status was applied.
+    static func markContradiction(_ state: inout EntitlementState, at signedDate: Timestamp, firstSeenThroughOlderTransaction: Bool) {
+        let now = signedDate.millisecondsSince1970
+        let future = [state.expiresAt, state.gracePeriodExpiresAt].contains { ($0?.millisecondsSince1970 ?? Int64.min) > now }
+        let reason: Contradiction?
+        switch state.appleStatus {
+        case 1?, 4?: reason = future ? (firstSeenThroughOlderTransaction ? .firstSeenOlderTransaction : nil) : .appleActiveDatesPassed
+        case 2?, 5?: reason = (state.expiresAt?.millisecondsSince1970 ?? Int64.min) > now && state.revocationDate == nil ? .appleInactivePeriodOpen : nil
+        default: reason = firstSeenThroughOlderTransaction ? .firstSeenOlderTransaction : nil
+        }
+        guard let reason else {
+            state.contradiction = nil
+            state.contradictedSince = nil
+            state.contradictionGrantsUntil = nil
+            return
+        }
+        if state.contradiction != reason.rawValue || state.contradictedSince == nil { state.contradictedSince = signedDate }
+        state.contradiction = reason.rawValue
+        state.contradictionGrantsUntil = reason == .appleActiveDatesPassed && state.status.grantsAccess
+            ? Timestamp(millisecondsSince1970: state.contradictedSince!.millisecondsSince1970 + contradictionGrantMilliseconds) : nil
     }
 
     /// Whether `transaction` is the row's period (or a newer one), as opposed to an older transaction of the
