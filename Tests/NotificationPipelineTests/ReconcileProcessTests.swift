@@ -124,6 +124,18 @@ struct ReconcileProcessTests {
         return ([refund, subscribedB, revokedWord, ordinary], [renewedTruth, revokedTruth, ordinary])
     }
 
+    /// A scene whose fake Apple holds the truth of `contradictedCase` and has sent its notifications, all stored.
+    func contradictedScene(workerHeals: Bool) async throws -> (BackfillScene, [NotificationMinter.SubscriptionEvent], [NotificationMinter.SubscriptionEvent]) {
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerHeals: workerHeals)
+        let minter = scene.fixture.minter
+        let (events, truth) = Self.contradictedCase(minter)
+        for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
+        try await scene.startIngest()
+        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
+        return (scene, events, truth)
+    }
+
     static func contradictionRows(_ scene: BackfillScene) async throws -> [String] {
         try await scene.query(
             """
@@ -134,13 +146,7 @@ struct ReconcileProcessTests {
 
     @Test("self-healing: a row Apple contradicts is marked, granted until the backstop (or denied), pulled by the worker without an operator, and ends as Apple says; no pull for a row that is not contradicted")
     func selfHealing() async throws {
-        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerHeals: true)
-        let minter = scene.fixture.minter
-        let (events, truth) = Self.contradictedCase(minter)
-        for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
-        try await scene.startIngest()
-        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
-        #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
+        let (scene, events, truth) = try await contradictedScene(workerHeals: true)
         let (a, b, c) = (events[0].originalTransactionId, events[1].originalTransactionId, events[3].originalTransactionId)
 
         // Healed without an operator: A active until its renewed period's end, B revoked, neither marked.
@@ -166,13 +172,7 @@ struct ReconcileProcessTests {
 
     @Test("without a key the row stays marked (granted until the backstop, or denied) and reconcile --contradicted heals it")
     func contradictedByHand() async throws {
-        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
-        let minter = scene.fixture.minter
-        let (events, truth) = Self.contradictedCase(minter)
-        for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
-        try await scene.startIngest()
-        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
-        #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
+        let (scene, events, _) = try await contradictedScene(workerHeals: false)
         let (a, b, c) = (events[0].originalTransactionId, events[1].originalTransactionId, events[3].originalTransactionId)
         #expect(try await Self.contradictionRows(scene) == [
             "\(a) active true appleActiveDatesPassed", "\(b) revoked false appleInactivePeriodOpen", "\(c) active true -",
