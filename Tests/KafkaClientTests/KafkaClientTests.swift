@@ -55,6 +55,30 @@ struct KafkaClientTests {
         #expect(partitionsByKey.values.allSatisfy { $0.count == 1 })
     }
 
+    @Test("sendInOrderAndAwait: one result per record in order, every key's records in its partition in the order given; a closed producer fails them all")
+    func sendInOrder() async throws {
+        let bootstrap = try requireKafka()
+        let topic = try await makeTopic(bootstrap, partitions: 3)
+        let producer = try testProducer(bootstrap: bootstrap)
+        let messages = (0..<300).map { index in
+            KafkaProducerMessage(topic: topic, key: Array("key-\(index % 7)".utf8), value: Array(String(index).utf8))
+        }
+        let results = await producer.sendInOrderAndAwait(messages)
+        #expect(results.count == messages.count)
+        let reports = results.compactMap { try? $0.get() }
+        #expect(reports.count == messages.count, "every record acknowledged")
+        // Within a key, offsets follow the order the records were given.
+        for key in 0..<7 {
+            let offsets = stride(from: key, to: messages.count, by: 7).map { reports[$0] }
+            #expect(Set(offsets.map(\.partition)).count == 1)
+            #expect(offsets.map(\.offset) == offsets.map(\.offset).sorted() && Set(offsets.map(\.offset)).count == offsets.count, "key-\(key) out of order")
+        }
+        await producer.close()
+        let refused = await producer.sendInOrderAndAwait(Array(messages.prefix(5)))
+        #expect(refused.count == 5 && refused.allSatisfy { if case .failure(let error) = $0 { error.name == "_DESTROY" } else { false } })
+        #expect(await producer.sendInOrderAndAwait([]).isEmpty)
+    }
+
     @Test("a group resumes exactly after its committed offset")
     func exactResume() async throws {
         let bootstrap = try requireKafka()
