@@ -89,6 +89,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // MARK: - The customer API (the app backend's API): its keys so far
+        .target(
+            name: "CustomerAPI",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
         // MARK: - Composition: configuration, the ingest application, the worker service
         .target(
             name: "NotificationPipeline",
@@ -129,6 +136,7 @@ let package = Package(
             name: "pipelinectl",
             dependencies: [
                 "AppStoreNotifications",
+                "CustomerAPI",
                 "EntitlementEvents",
                 "NotificationPipeline",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -173,7 +181,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["NotificationPipeline", "CustomerAPI", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

@@ -334,5 +334,20 @@ public enum Migrations {
             """,
             "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
         ]),
+        // The customer API's keys: only the SHA-256 of each key is stored (the key is shown once at creation).
+        Migration(version: 10, name: "customer API keys", sql: [
+            """
+            CREATE TABLE api_keys (
+                id text PRIMARY KEY,
+                name text NOT NULL,
+                secret_sha256 bytea NOT NULL,
+                scope text NOT NULL CHECK (scope IN ('read', 'write')),
+                bundle_ids text[] NOT NULL DEFAULT '{}',
+                created_at timestamptz NOT NULL DEFAULT now(),
+                revoked_at timestamptz,
+                last_used_at timestamptz
+            )
+            """,
+        ]),
     ]
 }

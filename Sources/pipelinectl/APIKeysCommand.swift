@@ -1,0 +1,99 @@
+import AppStoreNotifications
+import ArgumentParser
+import CustomerAPI
+import EntitlementStore
+import Foundation
+import NotificationPipeline
+
+/// `pipelinectl api-keys create|list|revoke`: the keys app backends present to the customer API.
+struct APIKeysCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "api-keys", abstract: "Manage the customer API's keys (only their SHA-256 is stored).", subcommands: [Create.self, List.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "create", abstract: "Create a key and print it once: store it in your backend's secrets now, it cannot be shown again.")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Option(help: "A name for people (which backend uses it).") var name: String
+        @Option(help: "A bundle id the key sees (repeatable); none: every configured app.") var bundleId: [String] = []
+        @Option(help: "read (lookups) or write (purchases, and reads).") var scope = "read"
+        @Flag(help: "Print {\"id\", \"name\", \"secret\", \"scope\", \"bundleIds\"}.") var json = false
+
+        func validate() throws {
+            guard APIKeyScope(rawValue: scope) != nil else { throw ValidationError("--scope must be read or write, not \(UntrustedText.quoted(scope))") }
+            guard !name.isEmpty, name.utf8.count <= 200 else { throw ValidationError("--name must be 1 to 200 bytes") }
+        }
+
+        func run() async throws {
+            let key = APIKeySecret.generate()
+            let (name, scope, bundleIds) = (name, scope, bundleId)
+            try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                try await store.createAPIKey(id: key.id, name: name, secretSHA256: key.hash, scope: scope, bundleIds: bundleIds)
+            }
+            if json {
+                printJSON(.object(JSONObject([
+                    "id": .string(key.id), "name": .string(name), "secret": .string(key.text), "scope": .string(scope),
+                    "bundleIds": .array(bundleIds.map { .string($0) }),
+                ])))
+            } else {
+                print("created \(key.id) (\(scope), \(bundleIds.isEmpty ? "every app" : bundleIds.joined(separator: ", ")))")
+                print("key (shown once): \(key.text)")
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List the keys (never their secrets).")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() async throws {
+            let keys = try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                return try await store.apiKeys()
+            }
+            func time(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
+            if json {
+                printJSON(.array(keys.map { key in
+                    .object(JSONObject([
+                        "id": .string(key.id), "name": .string(key.name), "scope": .string(key.scope), "bundleIds": .array(key.bundleIds.map { .string($0) }),
+                        "createdAt": .string(time(key.createdAt)), "revokedAt": key.revokedAt.map { .string(time($0)) } ?? .null,
+                        "lastUsedAt": key.lastUsedAt.map { .string(time($0)) } ?? .null,
+                    ]))
+                }))
+                return
+            }
+            print("ID                SCOPE  STATE    CREATED                   NAME / BUNDLE IDS")
+            for key in keys {
+                let state = key.revokedAt == nil ? "active " : "revoked"
+                print("\(key.id)  \(key.scope.padding(toLength: 5, withPad: " ", startingAt: 0))  \(state)  \(time(key.createdAt))  \(UntrustedText.escaped(key.name, limit: 60)) / \(key.bundleIds.isEmpty ? "every app" : key.bundleIds.joined(separator: ","))")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Revoke a key: refused from the next request on.")
+
+        @OptionGroup var connection: ConnectionOptions
+        @Option(help: "The key's id (key_…).") var id: String
+
+        func run() async throws {
+            let id = id
+            let revoked = try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                return try await store.revokeAPIKey(id: id)
+            }
+            guard revoked else { throw ValidationError("no active key \(UntrustedText.quoted(id))") }
+            print("revoked \(id)")
+        }
+    }
+}
+
+/// Refuses to run against a database that lacks migrations (with the command that fixes it).
+func requireMigrated(_ store: EntitlementStore) async throws {
+    let pending = try await store.pendingMigrations()
+    guard pending.isEmpty else { throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first") }
+}
