@@ -30,6 +30,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.34.1"),
         // The App Store Server API client's HTTP.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // The customer API's types and routes, generated from docs/customer-api.yaml (scripts/generate-customer-api.sh).
+        .package(url: "https://github.com/apple/swift-openapi-runtime.git", from: "1.13.4"),
+        .package(url: "https://github.com/hummingbird-project/swift-openapi-hummingbird.git", from: "2.1.0"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -89,11 +92,25 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // MARK: - The customer API (the app backend's API): its keys so far
+        // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
             name: "CustomerAPI",
             dependencies: [
+                "AppStoreNotifications",
+                "AppStoreServerAPI",
+                "EntitlementStore",
+                "KafkaClient",
+                "NotificationPipeline",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                .product(name: "OpenAPIHummingbird", package: "swift-openapi-hummingbird"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // MARK: - Composition: configuration, the ingest application, the worker service
@@ -149,6 +166,10 @@ let package = Package(
         .executableTarget(
             name: "worker",
             dependencies: ["NotificationPipeline"]
+        ),
+        .executableTarget(
+            name: "customer-api",
+            dependencies: ["CustomerAPI", "NotificationPipeline"]
         ),
         .executableTarget(
             name: "fake-appstore-api",

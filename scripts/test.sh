@@ -55,3 +55,6 @@ fi
 
 echo "== pipelinectl verify contract"
 python3 scripts/check-verify-contract.py .build/debug/pipelinectl
+
+echo "== customer API against its spec (schemathesis)"
+scripts/check-customer-api-spec.sh

@@ -18,6 +18,12 @@ public enum JSONValue: Sendable, Hashable {
         return nil
     }
 
+    /// The elements, if this value is an array.
+    public var arrayValue: [JSONValue]? {
+        if case .array(let elements) = self { return elements }
+        return nil
+    }
+
     /// The string, if this value is one.
     public var stringValue: String? {
         if case .string(let string) = self { return string }

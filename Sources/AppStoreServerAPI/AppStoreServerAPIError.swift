@@ -72,6 +72,8 @@ public enum AppleErrorCode {
     public static let testNotificationNotFound: Int64 = 4_040_008
     public static let invalidPaginationToken: Int64 = 4_000_014
     public static let paginationTokenExpired: Int64 = 4_000_017
+    /// FamilyTransactionNotSupportedError: Set App Account Token refuses a family-shared transaction.
+    public static let familyTransactionNotSupported: Int64 = 4_000_185
 
     public static let names: [Int64: String] = [
         4_000_000: "GeneralBadRequestError", 4_000_002: "InvalidAppIdentifierError", 4_000_005: "InvalidRequestRevisionError",

@@ -182,6 +182,29 @@ extension AppStoreServerAPIClient {
         return signed
     }
 
+    /// [Set App Account Token](https://developer.apple.com/documentation/appstoreserverapi/set-app-account-token):
+    /// later transactions and renewals of `originalTransactionId` carry `appAccountToken`. Apple refuses a
+    /// family-shared transaction with 4000185 (FamilyTransactionNotSupportedError).
+    public func setAppAccountToken(bundleId: String, originalTransactionId: String, appAccountToken: String) async throws {
+        _ = try await call(
+            .PUT, "/inApps/v1/transactions/" + Self.percentEncoded(originalTransactionId) + "/appAccountToken",
+            endpoint: "PUT /inApps/v1/transactions/{originalTransactionId}/appAccountToken", bundleId: bundleId, family: .consumption,
+            body: JSONObject(["appAccountToken": .string(appAccountToken)]))
+    }
+
+    /// [Look Up Order ID](https://developer.apple.com/documentation/appstoreserverapi/look-up-order-id) (Production
+    /// only): the order's signed transactions; none when Apple says the order id is invalid (`status` 1).
+    public func lookUpOrder(bundleId: String, orderId: String) async throws -> [String] {
+        let endpoint = "GET /inApps/v1/lookup/{orderId}"
+        let object = try await call(.GET, "/inApps/v1/lookup/" + Self.percentEncoded(orderId), endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil)
+        guard let status = object["status"]?.int64Value else {
+            throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "OrderLookupResponse.status is missing", endpoint: endpoint)
+        }
+        guard status == 0 else { return [] }
+        guard case .array(let items)? = object["signedTransactions"] else { return [] }
+        return items.compactMap(\.stringValue)
+    }
+
     /// [Send Consumption Information](https://developer.apple.com/documentation/appstoreserverapi/send-consumption-information) v2
     /// (Apple answers 202). The request is checked against Apple's rules first; a violation is thrown before any call.
     public func sendConsumptionInformation(bundleId: String, transactionId: String, request: ConsumptionRequest, productType: String?) async throws {

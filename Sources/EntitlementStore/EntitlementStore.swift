@@ -57,6 +57,8 @@ public struct BatchOutcome: Sendable, Hashable {
     public var stale = 0
     /// Entitlement events written to the outbox.
     public var events = 0
+    /// Purchases posted through the customer API whose ownership was decided.
+    public var purchases = 0
 
     public init(applied: Int = 0, duplicates: Int = 0, entitlementsUpdated: Int = 0, stale: Int = 0, events: Int = 0) {
         self.applied = applied
@@ -217,6 +219,9 @@ public struct EntitlementStore: Sendable {
                 """,
                 logger: logger)
         }
+        // A one-time purchase is one event, whichever of its records comes first (a purchase posted through the
+        // customer API, then Apple's ONE_TIME_CHARGE): the transactions already stored, read before this batch's.
+        let knownOneTime = emitsEvents ? try await storedTransactionIds(Self.oneTimeTransactionIds(firstSeen), on: connection) : []
         let transactions = Self.newestTransactions(firstSeen).sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
@@ -230,6 +235,8 @@ public struct EntitlementStore: Sendable {
         var changed: [EntitlementKey] = []  // in first-change order
         var changedSet: Set<EntitlementKey> = []
         var events: [EntitlementEvent] = []
+        var oneTimeSeen = knownOneTime
+        var sequenceOnly: Set<EntitlementKey> = []  // rows whose event_sequence moved without a state change
         func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
             if changedSet.insert(key).inserted { changed.append(key) }
             var row = current[key] ?? LockedRow(state: state)
@@ -243,8 +250,13 @@ public struct EntitlementStore: Sendable {
         }
         for notification in firstSeen {
             let cause = EntitlementEventCause(notification.verified, key: notification.deduplicationKey)
-            if emitsEvents, let event = EntitlementEvent.ofNotification(notification.verified, cause: cause) { events.append(event) }
+            if emitsEvents, let event = EntitlementEvent.ofNotification(notification.verified, cause: cause) {
+                if event.type != .oneTimePurchase || oneTimeSeen.insert(notification.verified.transactionInfo?.model.transactionId ?? event.id).inserted {
+                    events.append(event)
+                }
+            }
             guard let key = notification.entitlementKey else { continue }
+            let tokenBefore = current[key]?.state.appAccountToken
             switch EntitlementTransition.apply(notification.verified, to: current[key]?.state) {
             case .updated(let state):
                 record(state, at: key, cause: cause)
@@ -261,11 +273,44 @@ public struct EntitlementStore: Sendable {
             case .notApplicable:
                 break
             }
+            // A purchase posted through the customer API: who owns it now, decided in this transaction.
+            if let claim = notification.verified.purchase, let transaction = notification.verified.transactionInfo?.model {
+                let applied = try await applyClaim(
+                    claim, purchaseKey: notification.deduplicationKey, transaction: transaction, key: key, rowToken: tokenBefore, on: connection)
+                outcome.purchases += 1
+                if emitsEvents, applied.decision == .bound || applied.decision == .transferred {
+                    var row = current[key]
+                    let sequence = row.map { $0.eventSequence + 1 }
+                    let snapshot = row.map { $0.lastEventAfter ?? EntitlementSnapshot($0.state, at: cause.signedDate) }
+                    events.append(EntitlementEvent.transfer(
+                        environment: key.environment, bundleId: key.bundleId, originalTransactionId: key.originalTransactionId,
+                        productId: row?.state.productId ?? transaction.productId, appAccountToken: row?.state.appAccountToken ?? transaction.appAccountToken,
+                        appTransactionId: row?.state.appTransactionId ?? transaction.appTransactionId, from: applied.previousOwner, to: claim.customerId,
+                        sequence: sequence, snapshot: snapshot, cause: cause))
+                    if let sequence {
+                        row?.eventSequence = sequence
+                        row?.lastEventAfter = snapshot
+                        current[key] = row
+                        if !changedSet.contains(key) { sequenceOnly.insert(key) }
+                    }
+                }
+            }
         }
         // Written in key order, the order the rows were locked in (no deadlock between two workers' inserts).
         let rows = try changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try current[key].map(Self.entitlementRow) }
         if !rows.isEmpty {
             try await connection.query(Self.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: logger)
+        }
+        // A transfer of a row the batch did not otherwise change (a stale purchase): its sequence still moves.
+        for key in sequenceOnly.sorted(by: EntitlementKey.lockOrder) where !changedSet.contains(key) {
+            guard let row = current[key] else { continue }
+            let after = row.lastEventAfter.map { JSONValue.object($0.json).serialized }
+            try await connection.query(
+                """
+                UPDATE entitlements SET event_sequence = \(row.eventSequence), last_event_after = \(after)::jsonb
+                WHERE environment = \(key.environment) AND bundle_id = \(key.bundleId) AND original_transaction_id = \(key.originalTransactionId)
+                """,
+                logger: logger)
         }
         if !events.isEmpty {
             try await connection.query(Self.outboxStatement(rows: JSONValue.array(events.map(Self.outboxRow)).serialized), logger: logger)
@@ -335,6 +380,24 @@ public struct EntitlementStore: Sendable {
                 LockedRow(state: state, eventSequence: sequence ?? 0, lastEventAfter: lastAfter)
         }
         return states
+    }
+
+    /// The transaction ids of the batch's one-time purchases (not auto-renewable subscriptions).
+    static func oneTimeTransactionIds(_ records: [StoredNotification]) -> [String] {
+        records.compactMap { record in
+            guard let transaction = record.verified.transactionInfo?.model, transaction.rawType != nil, transaction.type != .autoRenewableSubscription
+            else { return nil }
+            return transaction.transactionId
+        }
+    }
+
+    /// Which of `ids` the `transactions` table already holds.
+    func storedTransactionIds(_ ids: [String], on connection: PostgresConnection) async throws -> Set<String> {
+        guard !ids.isEmpty else { return [] }
+        var known: Set<String> = []
+        let rows = try await connection.query("SELECT transaction_id FROM transactions WHERE transaction_id = ANY(\(Array(Set(ids)).sorted())::text[])", logger: logger)
+        for try await id in rows.decode(String.self) { known.insert(id) }
+        return known
     }
 
     /// Per transactionId, the version with the latest signedDate (one row per key, as a multi-row upsert requires).

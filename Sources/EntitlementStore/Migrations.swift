@@ -349,5 +349,54 @@ public enum Migrations {
             )
             """,
         ]),
+        // The customer API's purchases and who owns what. Ownership is ours, not Apple's appAccountToken (a transfer
+        // does not change the token Apple's later notifications carry); every change of owner is a transfer row.
+        Migration(version: 11, name: "customer purchases, ownership, transfers", sql: [
+            """
+            CREATE TABLE customer_ownership (
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                original_transaction_id text NOT NULL,
+                customer_id text NOT NULL,
+                via text NOT NULL CHECK (via IN ('token', 'bound', 'transferred')),
+                since timestamptz NOT NULL DEFAULT now(),
+                apple_token_status text,
+                PRIMARY KEY (environment, bundle_id, original_transaction_id)
+            )
+            """,
+            "CREATE INDEX customer_ownership_by_customer ON customer_ownership (bundle_id, customer_id)",
+            """
+            CREATE TABLE customer_transfers (
+                id bigserial PRIMARY KEY,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                original_transaction_id text NOT NULL,
+                from_customer_id text,
+                to_customer_id text NOT NULL,
+                policy text NOT NULL,
+                purchase_key text NOT NULL,
+                transferred_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX customer_transfers_by_subscription ON customer_transfers (bundle_id, original_transaction_id)",
+            """
+            CREATE TABLE customer_purchases (
+                purchase_key text PRIMARY KEY,
+                environment text NOT NULL,
+                bundle_id text NOT NULL,
+                transaction_id text NOT NULL,
+                original_transaction_id text NOT NULL,
+                customer_id text NOT NULL,
+                policy text NOT NULL,
+                status text NOT NULL CHECK (status IN ('pending', 'accepted', 'conflict')),
+                decision text,
+                requested_at timestamptz NOT NULL DEFAULT now(),
+                applied_at timestamptz
+            )
+            """,
+            "CREATE INDEX customer_purchases_by_transaction ON customer_purchases (bundle_id, transaction_id, requested_at DESC)",
+            "CREATE INDEX transactions_by_app_account_token ON transactions (bundle_id, lower(app_account_token)) WHERE app_account_token IS NOT NULL",
+            "CREATE INDEX entitlements_by_lower_app_account_token ON entitlements (bundle_id, lower(app_account_token)) WHERE app_account_token IS NOT NULL",
+        ]),
     ]
 }

@@ -3,7 +3,7 @@ import Synchronization
 /// A yes/no probe whose answer is reused for `ttl`: one caller at a time runs the probe, callers arriving while
 /// it runs wait for its answer. Readiness endpoints use it so that their callers cannot turn into load on what
 /// they probe.
-final class CachedProbe: Sendable {
+public final class CachedProbe: Sendable {
     private struct State {
         var answer = false
         var answeredAt: ContinuousClock.Instant?
@@ -15,13 +15,13 @@ final class CachedProbe: Sendable {
     private let probe: @Sendable () async -> Bool
     private let state = Mutex(State())
 
-    init(ttl: Duration, probe: @escaping @Sendable () async -> Bool) {
+    public init(ttl: Duration, probe: @escaping @Sendable () async -> Bool) {
         self.ttl = ttl
         self.probe = probe
     }
 
     /// The last answer while it is fresh, the running probe's answer, or a new probe's.
-    func value() async -> Bool {
+    public func value() async -> Bool {
         enum Plan { case cached(Bool), wait, probe }
         let now = ContinuousClock.now
         let plan: Plan = state.withLock { state in

@@ -5,6 +5,11 @@ public struct ConfigurationError: Error, Sendable, CustomStringConvertible {
     public var variable: String
     public var reason: String
     public var description: String { "configuration \(variable): \(reason)" }
+
+    public init(variable: String, reason: String) {
+        self.variable = variable
+        self.reason = reason
+    }
 }
 
 /// Reads configuration from environment variables (12-factor): defaults for everything that has a sensible

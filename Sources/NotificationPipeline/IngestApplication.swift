@@ -66,8 +66,8 @@ public func buildIngestApplication(
         if drain?.isDraining == true { return "shutting down (draining before the server stops)" }
         return await readiness.value() ? nil : "no Kafka broker answered"
     }
-    let limits = IngestConnectionGuard.Limits(
-        idleTimeout: .milliseconds(Int64(configuration.idleTimeoutMilliseconds)), requestTimeout: .milliseconds(Int64(configuration.requestTimeoutMilliseconds)),
+    let limits = HTTPConnectionLimits(
+        idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,
         maximumBodyBytes: configuration.maximumBodyBytes)
     return Application(
         router: router,
@@ -81,8 +81,8 @@ public func buildIngestApplication(
 }
 
 /// The JSON shape of every refusal ingest and the ops routes write: `{"error": code, "reason": text}`.
-enum RefusalBody {
-    static func json(code: String, reason: String) -> String {
+public enum RefusalBody {
+    public static func json(code: String, reason: String) -> String {
         JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
     }
 }

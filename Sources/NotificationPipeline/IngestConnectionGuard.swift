@@ -22,17 +22,38 @@ import NIOHTTPTypesHTTP1
 /// - **closing after a refusal**: a response with `Connection: close`, an HTTP/1.0 request without keep-alive,
 ///   or a response written before the request was read to its end closes the connection once written.
 /// Every refusal and timeout is counted through `count` (ingest's `ingest_requests_total`).
+/// The deadlines and body limit of a guarded HTTP/1.1 server (ingest's, the customer API's), and the body of the
+/// guard's own refusals.
+public struct HTTPConnectionLimits: Sendable {
+    var idleTimeout: TimeAmount
+    var requestTimeout: TimeAmount
+    var maximumBodyBytes: Int
+    /// The body of the guard's own refusals: ingest's `{"error": code, "reason": text}` unless told otherwise.
+    var refusalBody: @Sendable (_ code: String, _ reason: String) -> String
+    /// The status and code of an announced body over the limit: ingest's 400 `bodyTooLarge` (Apple reads any 4xx
+    /// alike), or e.g. the customer API's 413 `body_too_large`.
+    var bodyTooLarge: (status: Int, code: String)?
+
+    public init(
+        idleTimeoutMilliseconds: Int, requestTimeoutMilliseconds: Int, maximumBodyBytes: Int,
+        refusalBody: @escaping @Sendable (_ code: String, _ reason: String) -> String = { RefusalBody.json(code: $0, reason: $1) },
+        bodyTooLarge: (status: Int, code: String)? = nil
+    ) {
+        self.bodyTooLarge = bodyTooLarge
+        self.idleTimeout = .milliseconds(Int64(idleTimeoutMilliseconds))
+        self.requestTimeout = .milliseconds(Int64(requestTimeoutMilliseconds))
+        self.maximumBodyBytes = maximumBodyBytes
+        self.refusalBody = refusalBody
+    }
+}
+
 final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
     typealias OutboundIn = HTTPServerResponsePart
     typealias OutboundOut = HTTPServerResponsePart
 
-    struct Limits: Sendable {
-        var idleTimeout: TimeAmount
-        var requestTimeout: TimeAmount
-        var maximumBodyBytes: Int
-    }
+    typealias Limits = HTTPConnectionLimits
 
     enum Phase {
         /// Between requests: no byte of the next one yet.
@@ -119,7 +140,7 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
             if phase == .idle { bytesArrived(context) }
             requestVersion = head.version
             closeAfterResponse = !head.isKeepAlive
-            if let refusal = Self.refusal(for: head, maximumBodyBytes: limits.maximumBodyBytes) {
+            if let refusal = Self.refusal(for: head, maximumBodyBytes: limits.maximumBodyBytes, bodyTooLarge: limits.bodyTooLarge) {
                 refuse(context, refusal.status, code: refusal.code, reason: refusal.reason)
                 return
             }
@@ -142,7 +163,9 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
     }
 
     /// What to refuse from the head alone, before any body byte is read.
-    static func refusal(for head: HTTPRequestHead, maximumBodyBytes: Int) -> (status: HTTPResponseStatus, code: String, reason: String)? {
+    static func refusal(
+        for head: HTTPRequestHead, maximumBodyBytes: Int, bodyTooLarge: (status: Int, code: String)? = nil
+    ) -> (status: HTTPResponseStatus, code: String, reason: String)? {
         if head.method == .CONNECT {
             return (.methodNotAllowed, "methodNotAllowed", "CONNECT is not accepted here; only POST of a notification")
         }
@@ -157,6 +180,7 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
         if let length = lengths.first.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }), length > maximumBodyBytes {
             // The same refusal the handler gives a body found too large while reading it, given before reading.
             let error = RequestBodyError.bodyTooLarge(size: length, limit: maximumBodyBytes)
+            if let bodyTooLarge { return (HTTPResponseStatus(statusCode: bodyTooLarge.status), bodyTooLarge.code, error.reason) }
             return (.badRequest, error.code, error.reason)
         }
         let expectations = head.headers["expect"]
@@ -224,7 +248,7 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
             context.close(promise: nil)
             return
         }
-        let body = RefusalBody.json(code: code, reason: reason)
+        let body = limits.refusalBody(code, reason)
         var headers = HTTPHeaders()
         headers.add(name: "content-type", value: "application/json")
         headers.add(name: "content-length", value: String(body.utf8.count))
@@ -259,13 +283,13 @@ final class IngestByteActivity: ChannelInboundHandler, RemovableChannelHandler {
 }
 
 /// Hummingbird's HTTP/1 child channel with the guard in its pipeline.
-struct GuardedHTTP1Channel: ServerChildChannel {
-    typealias Value = HTTP1Channel.Value
+public struct GuardedHTTP1Channel: ServerChildChannel {
+    public typealias Value = HTTP1Channel.Value
     let inner: HTTP1Channel
-    let limits: IngestConnectionGuard.Limits
+    let limits: HTTPConnectionLimits
     let count: @Sendable (Int, String) -> Void
 
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+    public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let guardHandler = IngestConnectionGuard(limits: limits, count: count)
             let operations = channel.pipeline.syncOperations
@@ -276,12 +300,12 @@ struct GuardedHTTP1Channel: ServerChildChannel {
         }
     }
 
-    func handle(value: Value, logger: Logger) async {
+    public func handle(value: Value, logger: Logger) async {
         await inner.handle(value: value, logger: logger)
     }
 
     /// The server builder for `Application(server:)`.
-    static func builder(limits: IngestConnectionGuard.Limits, count: @escaping @Sendable (Int, String) -> Void) -> HTTPServerBuilder {
+    public static func builder(limits: HTTPConnectionLimits, count: @escaping @Sendable (Int, String) -> Void) -> HTTPServerBuilder {
         HTTPServerBuilder { responder in
             GuardedHTTP1Channel(inner: HTTP1Channel(responder: responder), limits: limits, count: count)
         }

@@ -352,6 +352,8 @@ public final class NotificationWorker: Service, Sendable {
                 return .success(try await verifier.verifyStatusSnapshot(value))
             case .historyTransaction?:
                 return .success(try await verifier.verifyHistoryTransaction(value))
+            case .purchase?:
+                return .success(try await verifier.verifyPurchaseRecord(value))
             case .some(nil):
                 return .failure(.malformedPayload("the record kind \(UntrustedText.quoted(kind ?? "", limit: 40)) is not one this version knows"))
             }

@@ -10,7 +10,7 @@ public enum OperationsRoutes {
 
     /// `/health/live` (200 while the process serves HTTP), `/health/ready` (200, or 503 with
     /// `{"error": "notReady", "reason": ...}` while `notReadyReason` gives one) and `/metrics` (Prometheus text).
-    static func add<Context: RequestContext>(
+    public static func add<Context: RequestContext>(
         to router: Router<Context>, registry: PrometheusCollectorRegistry, notReadyReason: @escaping @Sendable () async -> String?
     ) {
         router.get(RouterPath(live)) { _, _ in HTTPResponse.Status.ok }

@@ -92,6 +92,12 @@ public final class FakeAppStoreServerAPI: Sendable {
         var rawStatuses: [String: String] = [:]
         /// Consumption answers received (transaction id → body).
         var consumptionAnswers: [String: String] = [:]
+        /// Set App Account Token calls received (originalTransactionId → appAccountToken), in order.
+        var appAccountTokens: [(originalTransactionId: String, appAccountToken: String)] = []
+        /// Family-shared originalTransactionIds: Set App Account Token answers 4000185.
+        var familyShared: Set<String> = []
+        /// Orders: order id → signed transactions (Look Up Order ID).
+        var orders: [String: [String]] = [:]
     }
 
     /// What Apple knows of one subscription: its current status and every signed transaction, oldest first.
@@ -142,6 +148,8 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.get("/inApps/v2/history/:id") { request, context in try await self.transactionHistory(request, id: context.parameters.get("id") ?? "") }
         router.get("/inApps/v1/transactions/:id") { request, context in try await self.transactionInfo(request, id: context.parameters.get("id") ?? "") }
         router.put("/inApps/v2/transactions/consumption/:id") { request, context in try await self.consumption(request, id: context.parameters.get("id") ?? "") }
+        router.put("/inApps/v1/transactions/:id/appAccountToken") { request, context in try await self.setAppAccountToken(request, id: context.parameters.get("id") ?? "") }
+        router.get("/inApps/v1/lookup/:orderId") { request, context in try await self.lookUpOrder(request, orderId: context.parameters.get("orderId") ?? "") }
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = Application(
             router: router, configuration: .init(address: .hostname(host, port: requestedPort), serverName: "fake-appstore-api"),
@@ -436,6 +444,47 @@ public final class FakeAppStoreServerAPI: Sendable {
         state.withLock { $0.consumptionAnswers[id] = object.serialized }
         log(request, status: 202)
         return Response(status: .accepted)
+    }
+
+    /// Set App Account Token: a UUID body, 4000185 for a family-shared transaction, 4040010 for an unknown one.
+    func setAppAccountToken(_ request: Request, id: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let body = try await request.body.collect(upTo: 1 << 16)
+        guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), let token = object["appAccountToken"]?.stringValue, UUID(uuidString: token) != nil
+        else {
+            log(request, status: 400)
+            return Self.appleError(.badRequest, 4_000_183, "Invalid request. The app account token field must be a valid UUID.")
+        }
+        let family = state.withLock { $0.familyShared.contains(id) }
+        if family {
+            log(request, status: 400)
+            return Self.appleError(.badRequest, 4_000_185, "Invalid request. Family Sharing transactions aren't supported by this endpoint.")
+        }
+        state.withLock { $0.appAccountTokens.append((id, token)) }
+        log(request, status: 200)
+        return Response(status: .ok)
+    }
+
+    /// Look Up Order ID: `status` 0 with the order's signed transactions, or 1 for an unknown order id.
+    func lookUpOrder(_ request: Request, orderId: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let signed = state.withLock { $0.orders[orderId] }
+        log(request, status: 200)
+        let body = JSONObject(["status": .number(JSONNumber(signed == nil ? 1 : 0)), "signedTransactions": .array((signed ?? []).map { .string($0) })])
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body.serialized)))
+    }
+
+    /// Set App Account Token calls received, in order.
+    public var appAccountTokenCalls: [(originalTransactionId: String, appAccountToken: String)] { state.withLock { $0.appAccountTokens } }
+
+    /// Marks a subscription family-shared (Set App Account Token answers 4000185).
+    public func setFamilyShared(_ originalTransactionId: String) {
+        state.withLock { _ = $0.familyShared.insert(originalTransactionId) }
+    }
+
+    /// Serves `signedTransactions` for `orderId` (Look Up Order ID).
+    public func setOrder(_ orderId: String, signedTransactions: [String]) {
+        state.withLock { $0.orders[orderId] = signedTransactions }
     }
 
     func requestTest(_ request: Request) async throws -> Response {

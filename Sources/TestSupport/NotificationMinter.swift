@@ -116,6 +116,8 @@ public struct NotificationMinter: Sendable {
             transaction["revocationType"] = .string(event.revocationType)
             transaction["revocationPercentage"] = number(event.revocationPercentage)
         }
+        // No token: offer codes, purchases outside the app, family sharing (Apple leaves the field out).
+        if event.appAccountToken.isEmpty { transaction["appAccountToken"] = nil }
         if let isUpgraded = event.isUpgraded { transaction["isUpgraded"] = .bool(isUpgraded) }
         if let previous = event.previousOriginalTransactionId { transaction["previousOriginalTransactionId"] = .string(previous) }
         return transaction
@@ -139,6 +141,7 @@ public struct NotificationMinter: Sendable {
             "appTransactionId": .string("7041" + event.originalTransactionId),
             "eligibleWinBackOfferIds": .array([]),
         ])
+        if event.appAccountToken.isEmpty { renewal["appAccountToken"] = nil }
         if let grace = event.gracePeriodExpiresDate { renewal["gracePeriodExpiresDate"] = number(grace) }
         if event.autoRenewStatus == 0 { renewal["expirationIntent"] = number(1) }
         return renewal

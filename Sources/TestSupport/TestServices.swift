@@ -97,6 +97,13 @@ extension ChildProcess {
     /// (at `LOG_LEVEL=info` unless `environment` says otherwise, so a failing test can show what the worker
     /// did), and waits without blocking a thread until its ops server listens on `WORKER_OPS_PORT`.
     public static func startWorker(binary: String, environment extra: [String: String], logFile: String) async throws -> Process {
+        try await start(binary: binary, environment: extra, logFile: logFile, listeningOn: extra["WORKER_OPS_PORT"].flatMap(Int.init))
+    }
+
+    /// Starts one of our service binaries with `environment` added to ours (`LOG_LEVEL=info` unless it says
+    /// otherwise), its output appended to `logFile`, and waits without blocking a thread until it listens on
+    /// `port` (or exits).
+    public static func start(binary: String, environment extra: [String: String], logFile: String, listeningOn port: Int?) async throws -> Process {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         var environment = ProcessInfo.processInfo.environment
@@ -110,7 +117,7 @@ extension ChildProcess {
         process.standardOutput = log
         try process.run()
         try? log.close()
-        if let port = extra["WORKER_OPS_PORT"].flatMap(Int.init) {
+        if let port {
             for _ in 0..<400 where !TestServices.isListening(port: port) && process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         }
         return process

@@ -1,10 +1,11 @@
 import AppStoreNotifications
+import CustomerAPI
 import EntitlementEvents
 import EntitlementStore
-import TestSupport
 import Foundation
 import KafkaClient
 import Prometheus
+import TestSupport
 import Testing
 
 @testable import NotificationPipeline
@@ -19,11 +20,32 @@ struct DeploymentConsistencyTests {
     static let processes: [String: [String]] = [
         "ingest": IngestConfiguration.environmentKeys,
         "worker": WorkerConfiguration.environmentKeys,
+        "customer-api": CustomerAPIConfiguration.environmentKeys,
         "pipelinectl": OperationsConfiguration.environmentKeys,
     ]
     static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
     static let defaultIngestPort = IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).port
     static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
+    static let defaultCustomerAPI = CustomerAPIConfiguration(shared: WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
+
+    /// The ports a service process listens on (`all`) and the one serving `/health/*` and `/metrics` (`ops`),
+    /// from its environment and defaults; nil for a process that serves nothing (pipelinectl).
+    static func ports(of executable: String, environment: [String: String]) -> (all: [Int], ops: Int)? {
+        switch executable {
+        case "ingest":
+            let port = environment["INGEST_PORT"].flatMap(Int.init) ?? defaultIngestPort
+            return ([port], port)
+        case "worker":
+            let port = environment["WORKER_OPS_PORT"].flatMap(Int.init) ?? defaultWorkerPort
+            return ([port], port)
+        case "customer-api":
+            let api = environment["CUSTOMER_API_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.port
+            let ops = environment["CUSTOMER_API_OPS_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.opsPort
+            return ([api, ops], ops)
+        default:
+            return nil
+        }
+    }
 
     static func reads(_ process: String, _ variable: String) -> Bool {
         (processes[process] ?? []).contains { key in
@@ -81,14 +103,12 @@ struct DeploymentConsistencyTests {
                 #expect(runs.contains { Self.reads($0[0], variable) }, "compose service \(name) sets \(variable), which \(runs.map { $0[0] }) never read")
             }
             let executable = runs[0][0]
-            let port: Int? = switch executable {
-            case "ingest": (environment["INGEST_PORT"] as? String).flatMap(Int.init) ?? Self.defaultIngestPort
-            case "worker": (environment["WORKER_OPS_PORT"] as? String).flatMap(Int.init) ?? Self.defaultWorkerPort
-            default: nil
-            }
+            let listening = Self.ports(of: executable, environment: environment.compactMapValues { $0 as? String })
+            let port = listening?.ops
             if let port { portOf[name] = port }
             for published in service["ports"] as? [String] ?? [] {
-                #expect(published.split(separator: ":").last.flatMap { Int($0) } == port, "\(name) publishes \(published) but listens on \(port.map(String.init) ?? "nothing")")
+                let target = published.split(separator: ":").last.flatMap { Int($0) }
+                #expect(target.map { listening?.all.contains($0) ?? false } == true, "\(name) publishes \(published) but listens on \(listening?.all.map(String.init) ?? ["nothing"])")
             }
             if let check = (service["healthcheck"] as? [String: Any])?["test"] as? [String], let url = check.first(where: { $0.hasPrefix("http") }) {
                 let target = try #require(Self.portAndPath(ofURL: url))
@@ -96,7 +116,8 @@ struct DeploymentConsistencyTests {
                 #expect([OperationsRoutes.live, OperationsRoutes.ready].contains(target.1), "\(name)'s health check calls \(target.1), not a health route")
             }
         }
-        #expect(ours == 4, "migrate, ingest, worker and the catch-up backfill are built from the image")
+        #expect(ours == 5, "migrate, ingest, worker, customer-api and the catch-up backfill are built from the image")
+        #expect((services["customer-api"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 2, "the customer API is scaled horizontally")
         #expect(services["catch-up"]?["profiles"] as? [String] == ["catch-up"], "the catch-up needs a key: off unless its profile is asked for")
         #expect((services["worker"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 3)
 
@@ -193,13 +214,10 @@ struct DeploymentConsistencyTests {
                     let keys = try #require(configKeys[referenced], "\(name(object)) reads \(referenced), which no manifest defines")
                     for key in keys { keyReaders[key, default: []].formUnion(executables.filter { Self.reads($0, key) }) }
                 }
-                let port: Int? = switch executables[0] {
-                case "ingest": environment["INGEST_PORT"].flatMap(Int.init) ?? Self.defaultIngestPort
-                case "worker": environment["WORKER_OPS_PORT"].flatMap(Int.init) ?? Self.defaultWorkerPort
-                default: nil
-                }
+                let listening = Self.ports(of: executables[0], environment: environment)
+                let port = listening?.ops
                 let ports = container["ports"] as? [[String: Any]] ?? []
-                #expect(ports.map { $0["containerPort"] as? Int } == (port.map { [$0] } ?? []), "\(name(object)): containerPort \(ports) vs the process's \(port.map(String.init) ?? "none")")
+                #expect(ports.map { $0["containerPort"] as? Int } == (listening?.all ?? []).map { Optional($0) }, "\(name(object)): containerPort \(ports) vs the process's \(listening?.all ?? [])")
                 if let port { deploymentPorts[name(object)] = port }
                 for probeName in ["readinessProbe", "livenessProbe"] {
                     guard let probe = (container[probeName] as? [String: Any])?["httpGet"] as? [String: Any] else {
@@ -235,12 +253,13 @@ struct DeploymentConsistencyTests {
         // Ingest has a Service and an HPA; the worker an HPA and a PodDisruptionBudget; a migrate Job exists.
         let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
         #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
-        #expect(named("PodDisruptionBudget").count == 1 && named("Service").count == 1 && named("Job").count == 1)
+        #expect(named("PodDisruptionBudget").count == 1 && named("Job").count == 1)
+        #expect(Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api"], "ingest and the customer API are reachable as Services")
         #expect(Set(named("CronJob").map(name)) == ["appstore-pipeline-catch-up", "appstore-pipeline-reconcile"], "the automatic catch-up and the nightly reconcile")
         for cronJob in named("CronJob") {
             #expect((cronJob["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "\(name(cronJob)): one pass at a time")
         }
-        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort].sorted())
+        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.opsPort].sorted())
     }
 
     // MARK: - Interfaces
@@ -344,7 +363,7 @@ struct DeploymentConsistencyTests {
         #expect(shipped.compare("2.2.0", options: .numeric) != .orderedAscending, "\(runtimeBase) ships librdkafka \(shipped), below 2.2")
         #expect(text.contains("ARG LIBRDKAFKA_MINIMUM=2.2.0") && text.contains("dpkg --compare-versions"), "the image build checks the installed version")
         let exposed = text.split(separator: "\n").filter { $0.hasPrefix("EXPOSE") }.flatMap { $0.split(separator: " ").dropFirst().compactMap { Int($0) } }
-        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort])
+        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.port, Self.defaultCustomerAPI.opsPort])
     }
 
     @Test("the Grafana dashboard plots only metrics the services export")

@@ -230,6 +230,22 @@ public struct EntitlementEvent: Sendable, Hashable {
             productId: transaction?.productId, sequence: nil, before: .null, after: .null, cause: cause)
     }
 
+    /// A purchase changed owner (the customer API's ownership policy): `from` nil when it had none. Within the
+    /// subscription's sequence when it has a row (`before` and `after` both the row's last `after`: access did not
+    /// change, its owner did); outside it (sequence nil) for a one-time purchase.
+    public static func transfer(
+        environment: String, bundleId: String, originalTransactionId: String, productId: String?, appAccountToken: String?, appTransactionId: String?,
+        from: String?, to: String, sequence: Int64?, snapshot: EntitlementSnapshot?, cause: EntitlementEventCause
+    ) -> EntitlementEvent {
+        let entitlement: JSONValue = snapshot.map { .object($0.json) } ?? .null
+        var event = make(
+            type: .transferred, environment: environment, bundleId: bundleId, subject: originalTransactionId, originalTransactionId: originalTransactionId,
+            appAccountToken: appAccountToken, appTransactionId: appTransactionId, productId: productId, sequence: sequence, before: entitlement,
+            after: entitlement, cause: cause)
+        event.data["transfer"] = .object(JSONObject(["fromCustomerId": text(from), "toCustomerId": .string(to)]))
+        return event
+    }
+
     static func make(
         type: EntitlementEventType, environment: String, bundleId: String, subject: String, originalTransactionId: String?, appAccountToken: String?,
         appTransactionId: String?, productId: String?, sequence: Int64?, before: JSONValue, after: JSONValue, cause: EntitlementEventCause
@@ -247,7 +263,10 @@ public struct EntitlementEvent: Sendable, Hashable {
             "cause": .object(cause.json),
         ])
         return EntitlementEvent(
-            id: eventId(cause: cause.notificationUUID, environment: environment, bundleId: bundleId, subject: subject, type: type.isSequenced ? nil : type),
+            // A transfer shares its cause (the purchase) with the change the purchase made: its type keeps the ids apart.
+            id: eventId(
+                cause: cause.notificationUUID, environment: environment, bundleId: bundleId, subject: subject,
+                type: type.isSequenced && type != .transferred ? nil : type),
             type: type, source: "/apps/\(bundleId)/\(environment)", subject: subject, time: cause.signedDate, sequence: sequence,
             environment: environment, bundleId: bundleId, originalTransactionId: originalTransactionId, data: data)
     }

@@ -20,6 +20,7 @@
 /// | any, with `previousOriginalTransactionId` | the previous subscription's row becomes `migrated` (no access) |
 /// | RENEWAL_EXTENDED | active; extended expiry |
 /// | PRICE_INCREASE, PRICE_CHANGE, METADATA_UPDATE, MIGRATION | fields refreshed from transaction and renewal info; status kept |
+/// | PURCHASE (customer API) of the period's transaction | active while its period is open at its signedDate; refunded/revoked when revoked; a first-seen ended period expired |
 /// | REFUND_DECLINED, CONSUMPTION_REQUEST, RENEWAL_EXTENSION, TEST, EXTERNAL_PURCHASE_TOKEN, RESCIND_CONSENT, ONE_TIME_CHARGE, unknown | no subscription state change (archived; one-time purchases are recorded per transaction) |
 ///
 /// Apple's `data.status`, when present, is Apple's own view at signedDate and wins over the mapping for the
@@ -99,8 +100,11 @@ public enum EntitlementTransition {
         // A status snapshot (reconcile, import) is Apple's status at its signedDate: fields refresh from its
         // transaction and renewal info, and its status decides, like any notification's `data.status`.
         let isSnapshot = payload.rawNotificationType == StatusSnapshotDocument.notificationType
+        // A purchase posted through the customer API: the transaction StoreKit gave the app, ordered by its
+        // signedDate like a notification, so Apple's SUBSCRIBED for it that follows changes nothing material.
+        let isPurchase = payload.rawNotificationType == PurchaseRecordDocument.notificationType
         switch type {
-        case .none where !isSnapshot:
+        case .none where !isSnapshot && !isPurchase:
             return .notApplicable
         case .test, .externalPurchaseToken, .rescindConsent, .oneTimeCharge, .consumptionRequest, .refundDeclined, .renewalExtension:
             return .notApplicable
@@ -167,6 +171,18 @@ public enum EntitlementTransition {
             state.status = .revoked
         case .refundReversed where carriesPeriod:
             state.status = .active
+        case .none where isPurchase && carriesPeriod:
+            // The posted transaction proves its period: open at its signedDate, active; revoked, as a refund or
+            // revocation says; already over, expired only for a subscription first seen this way (a restored old
+            // period changes nothing else).
+            if let revocationType = transaction.rawRevocationType ?? (transaction.revocationDate != nil ? "" : nil) {
+                state.status = revocationType.hasPrefix("REFUND") || revocationType.isEmpty ? .refunded : .revoked
+            } else if (transaction.expiresDate.map { $0 > signedDate }) ?? false {
+                state.status = .active
+                state.gracePeriodExpiresAt = nil
+            } else if current == nil {
+                state.status = .expired
+            }
         default:
             break  // fields refreshed above; status unchanged (an older transaction's refund changes no access)
         }

@@ -9,6 +9,9 @@ public enum PulledRecordKind: String, Sendable, CaseIterable {
     case statusSnapshot = "status-snapshot"
     /// One signed transaction of Get Transaction History (the JWS itself).
     case historyTransaction = "history-transaction"
+    /// A transaction the app's backend posted to the customer API (`PurchaseRecordDocument`): the JWS StoreKit
+    /// handed the app, with the customer who claims it.
+    case purchase = "purchase"
 }
 
 /// A status snapshot as produced to the topic: the statuses response's identity fields, the subscription group,

@@ -383,6 +383,8 @@ public struct VerifiedNotification: Sendable {
     public let transactionInfo: VerifiedPayload<JWSTransactionDecodedPayload>?
     public let renewalInfo: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
     public let appTransactionInfo: VerifiedPayload<AppTransaction>?
+    /// Set on a purchase posted through the customer API (record kind `purchase`): who claims it, under which policy.
+    public var purchase: PurchaseClaim? = nil
 }
 
 /// Any verified App Store JWS, for tools that take whatever they are given.

@@ -1,0 +1,139 @@
+import Crypto
+
+/// Who claims a purchase posted through the customer API, and under which ownership policy: carried by the
+/// `purchase` record so the worker decides ownership in the batch transaction, in the subscription's order.
+public struct PurchaseClaim: Sendable, Hashable {
+    /// The customer (a UUID in lower case, the app's user id as an appAccountToken).
+    public var customerId: String
+    public var policy: OwnershipPolicy
+
+    public init(customerId: String, policy: OwnershipPolicy) {
+        self.customerId = customerId
+        self.policy = policy
+    }
+}
+
+/// A purchase as the customer API produces it to the notifications topic (record kind `purchase`): the JWS
+/// StoreKit gave the app (`jwsRepresentation`), optionally the renewal info, the customer and the policy.
+/// Only the JWSs are signed: the worker verifies them again, exactly as the API did.
+public struct PurchaseRecordDocument: Sendable, Hashable {
+    /// The synthetic notificationType under which a purchase is archived and shown as an entitlement's last event.
+    public static let notificationType = EntitlementEventCause.purchaseType
+
+    /// The bundle id the backend posted it under (the route's): the transaction must be for it.
+    public var bundleId: String
+    public var claim: PurchaseClaim
+    public var signedTransaction: String
+    public var signedRenewalInfo: String?
+
+    public init(bundleId: String, claim: PurchaseClaim, signedTransaction: String, signedRenewalInfo: String?) {
+        self.bundleId = bundleId
+        self.claim = claim
+        self.signedTransaction = signedTransaction
+        self.signedRenewalInfo = signedRenewalInfo
+    }
+
+    /// The ledger key: the same claim of the same signed bytes is applied once, however often it is posted, so a
+    /// repeated POST gets the first one's answer.
+    public var purchaseKey: String {
+        var digest = SHA256()
+        for part in [bundleId, claim.customerId, claim.policy.rawValue, signedTransaction, signedRenewalInfo ?? ""] {
+            digest.update(data: Array(part.utf8))
+            digest.update(data: [0])
+        }
+        return "purchase-" + Hex.encode(Array(digest.finalize())).prefix(32)
+    }
+
+    public var json: JSONObject {
+        var object = JSONObject([
+            "recordKind": .string(PulledRecordKind.purchase.rawValue), "bundleId": .string(bundleId), "customerId": .string(claim.customerId),
+            "ownershipPolicy": .string(claim.policy.rawValue), "signedTransaction": .string(signedTransaction),
+        ])
+        if let signedRenewalInfo { object["signedRenewalInfo"] = .string(signedRenewalInfo) }
+        return object
+    }
+
+    public init(json object: JSONObject) throws(VerificationError) {
+        func string(_ key: String) throws(VerificationError) -> String? {
+            switch object[key] {
+            case nil, .null?: return nil
+            case .string(let value)?: return value
+            case let other?: throw .malformedPayload("the purchase's \(key) is \(other.typeName), not a string")
+            }
+        }
+        func required(_ key: String) throws(VerificationError) -> String {
+            guard let value = try string(key) else { throw .malformedPayload("the purchase has no \(key)") }
+            return value
+        }
+        bundleId = try required("bundleId")
+        guard let customer = CustomerId.canonical(try required("customerId")) else { throw .malformedPayload("the purchase's customerId is not a UUID") }
+        let rawPolicy = try required("ownershipPolicy")
+        guard let policy = OwnershipPolicy(rawValue: rawPolicy) else {
+            throw .malformedPayload("the purchase's ownershipPolicy \(UntrustedText.quoted(rawPolicy, limit: 40)) is not one this version knows")
+        }
+        claim = PurchaseClaim(customerId: customer, policy: policy)
+        signedTransaction = try required("signedTransaction")
+        signedRenewalInfo = try string("signedRenewalInfo")
+    }
+}
+
+extension SignedPayloadVerifier {
+    /// Verifies a posted purchase exactly as a notification's nested transaction: chain, signature, the bundle id
+    /// (which must be the route's) and environment against the configured apps (Xcode and LocalTesting refused
+    /// unless local development is enabled); the renewal info bound to the same environment and subscription.
+    /// Returns it as a notification of type `PURCHASE` signed at the later of its JWSs' signedDates, so the one
+    /// state machine, order guard and store apply it, and a later SUBSCRIBED for the same transaction is a
+    /// forward-only no-op.
+    public func verifyPurchase(_ document: PurchaseRecordDocument) async throws(VerificationError) -> VerifiedNotification {
+        let transaction: VerifiedPayload<JWSTransactionDecodedPayload>
+        transaction = try finishTransaction(try await verifyJWS(document.signedTransaction, expected: .transaction), boundTo: nil)
+        guard transaction.model.bundleId == document.bundleId else {
+            throw .bundleIdMismatch(
+                "the transaction is for bundle \(UntrustedText.quoted(transaction.model.bundleId ?? "none")), not \(UntrustedText.quoted(document.bundleId))")
+        }
+        guard let bundleId = transaction.model.bundleId, let environment = transaction.model.rawEnvironment.flatMap(Environment.init(rawValue:)) else {
+            throw .malformedPayload("the transaction names no bundleId or environment")
+        }
+        guard transaction.model.originalTransactionId != nil, transaction.model.transactionId != nil else {
+            throw .malformedPayload("the transaction has no transactionId or originalTransactionId")
+        }
+        let binding = Binding(bundleId: bundleId, environment: environment, appAppleId: nil)
+        var renewal: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
+        if let signed = document.signedRenewalInfo {
+            do throws(VerificationError) {
+                renewal = try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
+            } catch {
+                throw .nestedInvalid(.signedRenewalInfo, error)
+            }
+            guard renewal?.model.originalTransactionId == transaction.model.originalTransactionId else {
+                throw .malformedPayload("the renewal info is not about the transaction's subscription")
+            }
+        }
+        let signedDate = max(transaction.signedDate, renewal?.signedDate ?? transaction.signedDate)
+        var data = JSONObject([
+            "environment": .string(environment.rawValue), "bundleId": .string(bundleId), "signedTransactionInfo": .string(document.signedTransaction),
+        ])
+        if let signed = document.signedRenewalInfo { data["signedRenewalInfo"] = .string(signed) }
+        let json = JSONObject([
+            "notificationType": .string(PurchaseRecordDocument.notificationType), "notificationUUID": .string(document.purchaseKey), "data": .object(data),
+            "version": .string("2.0"), "signedDate": .number(JSONNumber(signedDate.millisecondsSince1970)),
+        ])
+        let payload = try decode(ResponseBodyV2DecodedPayload.self, json, what: "the purchase")
+        var verified = VerifiedNotification(
+            payload: payload, json: json, signedDate: signedDate, bundleId: bundleId, environment: environment, transactionInfo: transaction,
+            renewalInfo: renewal, appTransactionInfo: nil)
+        verified.purchase = document.claim
+        return verified
+    }
+
+    /// Verifies a `purchase` record as the worker reads it from the topic.
+    public func verifyPurchaseRecord(_ value: [UInt8]) async throws(VerificationError) -> VerifiedNotification {
+        let object: JSONObject
+        do {
+            object = try StrictJSONParser(maximumDepth: 8).parseObject(value)
+        } catch {
+            throw .malformedPayload("the purchase record is not a JSON object: \(error)")
+        }
+        return try await verifyPurchase(try PurchaseRecordDocument(json: object))
+    }
+}

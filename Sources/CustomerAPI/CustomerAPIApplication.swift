@@ -1,0 +1,94 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import Hummingbird
+import KafkaClient
+import Logging
+import NotificationPipeline
+import OpenAPIHummingbird
+import OpenAPIRuntime
+import PostgresNIO
+import Prometheus
+import ServiceLifecycle
+
+/// The customer API process's services, in start order (a ServiceGroup stops them in reverse: the ops server, the
+/// API server drains its requests, the producer flushes, the App Store clients and the database pool close).
+public struct CustomerAPIServices: Sendable {
+    public let services: [any Service]
+}
+
+/// Builds the customer API: the PostgreSQL pool, a producer to the notifications topic (purchases are records of
+/// kind `purchase`, keyed like every record by originalTransactionId), the API server generated from
+/// docs/customer-api.yaml behind ingest's connection guard, and the ops server (`/health/live`, `/health/ready`:
+/// PostgreSQL with the schema current and a broker reachable, `/metrics`).
+public func buildCustomerAPIServices(
+    configuration: CustomerAPIConfiguration,
+    registry: PrometheusCollectorRegistry,
+    logger: Logger,
+    onServerRunning: @escaping @Sendable (_ apiPort: Int) async -> Void = { _ in },
+    onOpsServerRunning: @escaping @Sendable (_ opsPort: Int) async -> Void = { _ in }
+) throws -> CustomerAPIServices {
+    let shared = configuration.shared
+    let verifier = try SignedPayloadVerifier(configuration: try shared.verifierConfiguration())
+    let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
+    let store = EntitlementStore(client: postgres, logger: logger, statementTimeout: .seconds(10))
+    var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
+    producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, configuration.applyTimeoutMilliseconds)
+    producerConfiguration.lingerMilliseconds = 1
+    let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+    var appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient] = [:]
+    if let variables = shared.appStoreVariables {
+        for environment in Set(shared.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
+            appStore[environment] = AppStoreServerAPIClient(configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger)
+        }
+    }
+    let metrics = CustomerAPIMetrics(registry: registry)
+    let handler = CustomerAPIHandler(
+        configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic),
+        appStore: appStore, metrics: metrics, logger: logger)
+
+    let router = Router()
+    try handler.registerHandlers(on: router, middlewares: [
+        ErrorResponseMiddleware(metrics: metrics, logger: logger),
+        LocationHeaderMiddleware(),
+        BodyLimitMiddleware(maximumBytes: configuration.maximumBodyBytes),
+        AuthenticationMiddleware(keys: APIKeyCache(store: store, ttl: .milliseconds(configuration.keyCacheMilliseconds)), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId))),
+    ])
+    let limits = HTTPConnectionLimits(
+        idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,
+        maximumBodyBytes: configuration.maximumBodyBytes, refusalBody: { code, reason in CustomerAPIError.body(code: CustomerAPIError.snakeCase(code), message: reason) },
+        bodyTooLarge: (413, "body_too_large"))
+    let api = Application(
+        router: router,
+        server: GuardedHTTP1Channel.builder(limits: limits) { status, _ in metrics.request(route: "connection", status: status) },
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-customer-api"),
+        onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
+        logger: logger)
+
+    let database = CachedProbe(ttl: .seconds(2)) { (try? await store.pendingMigrations().isEmpty) ?? false }
+    let broker = CachedProbe(ttl: .seconds(2)) { await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) }
+    let opsRouter = Router()
+    OperationsRoutes.add(to: opsRouter, registry: registry) {
+        guard await database.value() else { return "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)" }
+        guard await broker.value() else { return "no Kafka broker answered" }
+        return nil
+    }
+    let ops = Application(
+        router: opsRouter,
+        configuration: .init(address: .hostname(configuration.host, port: configuration.opsPort), serverName: "appstore-customer-api-ops"),
+        onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
+        logger: logger)
+    let clients = AppStoreClients(clients: Array(appStore.values))
+    return CustomerAPIServices(services: [postgres, clients, producer, api, ops])
+}
+
+/// Closes the App Store Server API clients when the process stops.
+struct AppStoreClients: Service {
+    let clients: [AppStoreServerAPIClient]
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        for client in clients { await client.shutdown() }
+    }
+}

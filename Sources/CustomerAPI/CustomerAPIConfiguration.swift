@@ -1,0 +1,96 @@
+import AppStoreNotifications
+import Foundation
+import NotificationPipeline
+
+/// Everything the customer API is configured with. The apps, roots, database, broker and App Store Server API
+/// settings are read exactly as the worker reads them (`WorkerConfiguration.fromEnvironment`), so a purchase is
+/// verified and stored under the same rules as a notification.
+public struct CustomerAPIConfiguration: Sendable {
+    /// `CUSTOMER_API_HOST` / `CUSTOMER_API_PORT`: where the API listens (port 0: any free port, for tests).
+    public var host = "0.0.0.0"
+    public var port = 8082
+    /// `CUSTOMER_API_OPS_PORT`: `/health/live`, `/health/ready` and `/metrics`, apart from the API (default 8083).
+    public var opsPort = 8083
+    /// `CUSTOMER_API_APPLY_TIMEOUT_MS`: how long a purchase waits for a worker to apply it before 202.
+    public var applyTimeoutMilliseconds = 5_000
+    /// `CUSTOMER_API_MAX_BODY_BYTES`: larger bodies are refused with 413 (a purchase is about 6 KB).
+    public var maximumBodyBytes = 65_536
+    /// `CUSTOMER_API_REQUEST_TIMEOUT_MS` / `CUSTOMER_API_IDLE_TIMEOUT_MS`: as ingest's deadlines.
+    public var requestTimeoutMilliseconds = 15_000
+    public var idleTimeoutMilliseconds = 60_000
+    /// `CUSTOMER_API_KEY_CACHE_MS`: how long a key's row is reused before it is read again (a revoked key is
+    /// refused within this; at most 1 000).
+    public var keyCacheMilliseconds = 500
+    /// `OWNERSHIP_POLICY`: every app's policy unless `OWNERSHIP_POLICY_BY_APP` names it.
+    public var ownershipPolicy = OwnershipPolicy.transfer
+    /// `OWNERSHIP_POLICY_BY_APP`: `bundleA=keep,bundleB=transfer-if-inactive`.
+    public var ownershipPolicyByApp: [String: OwnershipPolicy] = [:]
+    /// The worker's settings this service shares: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`, `POSTGRES_POOL_SIZE`,
+    /// `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
+    public var shared: WorkerConfiguration
+
+    public init(shared: WorkerConfiguration) {
+        self.shared = shared
+    }
+
+    /// The environment variables the customer API reads (for `--help`, the docs and the deployment check).
+    public static let environmentKeys = [
+        "CUSTOMER_API_HOST", "CUSTOMER_API_PORT", "CUSTOMER_API_OPS_PORT", "CUSTOMER_API_APPLY_TIMEOUT_MS", "CUSTOMER_API_MAX_BODY_BYTES",
+        "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE_MS", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
+        "APPS", "TRUSTED_ROOTS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "NOTIFICATIONS_TOPIC", "LOG_LEVEL",
+    ] + KafkaEnvironment.keys + OperationsConfiguration.appStoreKeys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> CustomerAPIConfiguration {
+        var shared = try WorkerConfiguration.fromEnvironment(environment)
+        shared.kafka.clientId = environment.string("KAFKA_CLIENT_ID", default: "appstore-customer-api")
+        var configuration = CustomerAPIConfiguration(shared: shared)
+        configuration.host = environment.string("CUSTOMER_API_HOST", default: configuration.host)
+        configuration.port = try environment.int("CUSTOMER_API_PORT", default: configuration.port, range: 0...65535)
+        configuration.opsPort = try environment.int("CUSTOMER_API_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.applyTimeoutMilliseconds = try environment.int("CUSTOMER_API_APPLY_TIMEOUT_MS", default: configuration.applyTimeoutMilliseconds, range: 0...120_000)
+        configuration.maximumBodyBytes = try environment.int("CUSTOMER_API_MAX_BODY_BYTES", default: configuration.maximumBodyBytes, range: 1_024...16 * 1_024 * 1_024)
+        configuration.requestTimeoutMilliseconds = try environment.int("CUSTOMER_API_REQUEST_TIMEOUT_MS", default: configuration.requestTimeoutMilliseconds, range: 100...600_000)
+        configuration.idleTimeoutMilliseconds = try environment.int("CUSTOMER_API_IDLE_TIMEOUT_MS", default: configuration.idleTimeoutMilliseconds, range: 100...3_600_000)
+        configuration.keyCacheMilliseconds = try environment.int("CUSTOMER_API_KEY_CACHE_MS", default: configuration.keyCacheMilliseconds, range: 0...1_000)
+        if let text = environment.optionalString("OWNERSHIP_POLICY") {
+            guard let policy = OwnershipPolicy(rawValue: text) else {
+                throw ConfigurationError(variable: "OWNERSHIP_POLICY", reason: "\(UntrustedText.quoted(text)) is not transfer, keep or transfer-if-inactive")
+            }
+            configuration.ownershipPolicy = policy
+        }
+        for pair in (environment.optionalString("OWNERSHIP_POLICY_BY_APP") ?? "").split(separator: ",") {
+            let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 2, let policy = OwnershipPolicy(rawValue: parts[1]) else {
+                throw ConfigurationError(variable: "OWNERSHIP_POLICY_BY_APP", reason: "\(UntrustedText.quoted(String(pair))) is not bundleId=transfer|keep|transfer-if-inactive")
+            }
+            guard shared.apps.contains(where: { $0.bundleId == parts[0] }) else {
+                throw ConfigurationError(variable: "OWNERSHIP_POLICY_BY_APP", reason: "\(UntrustedText.quoted(parts[0])) is not an app of APPS")
+            }
+            configuration.ownershipPolicyByApp[parts[0]] = policy
+        }
+        return configuration
+    }
+
+    /// The ownership policy of `bundleId`.
+    public func ownershipPolicy(for bundleId: String) -> OwnershipPolicy {
+        ownershipPolicyByApp[bundleId] ?? ownershipPolicy
+    }
+
+    /// `customer-api --help`.
+    public static let help = """
+        customer-api: the app backend's API (purchases at once, customer lookups). Configured by the environment:
+          CUSTOMER_API_HOST, CUSTOMER_API_PORT      where the API listens (0.0.0.0, 8082)
+          CUSTOMER_API_OPS_PORT                     /health/live, /health/ready, /metrics (8083)
+          CUSTOMER_API_APPLY_TIMEOUT_MS             a purchase waits this long for a worker before 202 (5000)
+          CUSTOMER_API_MAX_BODY_BYTES               larger bodies get 413 (65536)
+          CUSTOMER_API_REQUEST_TIMEOUT_MS           a request's head and body must arrive within this, or 408 (15000)
+          CUSTOMER_API_IDLE_TIMEOUT_MS              an idle connection is closed after this (60000)
+          CUSTOMER_API_KEY_CACHE_MS                 a key's row is reused this long; a revoked key is refused after it (500, at most 1000)
+          OWNERSHIP_POLICY                          transfer | keep | transfer-if-inactive (transfer)
+          OWNERSHIP_POLICY_BY_APP                   per app: bundleA=keep,bundleB=transfer-if-inactive
+          APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*
+                                                    read exactly as the worker reads them
+          LOG_LEVEL                                 trace, debug, info (default), notice, warning, error, critical
+        Keys: pipelinectl api-keys create --name N [--bundle-id B]... [--scope read|write]. Spec: docs/customer-api.yaml.
+        """
+}

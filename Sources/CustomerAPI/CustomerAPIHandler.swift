@@ -1,0 +1,287 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import Logging
+import NotificationPipeline
+
+/// The customer API's operations (the generated `APIProtocol` of docs/customer-api.yaml). Authentication, the
+/// body limit and the error shape are middlewares; an operation returns its success answer or throws a
+/// `CustomerAPIError`.
+struct CustomerAPIHandler: APIProtocol {
+    let configuration: CustomerAPIConfiguration
+    let verifier: SignedPayloadVerifier
+    let store: EntitlementStore
+    let producer: PulledRecordProducer
+    /// App Store Server API clients by environment, where a key is configured (Set App Account Token, Look Up Order ID).
+    let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
+    let metrics: CustomerAPIMetrics
+    let logger: Logger
+    /// How often a waiting purchase looks whether a worker applied it.
+    var pollInterval: Duration = .milliseconds(10)
+
+    // MARK: - Purchases
+
+    func postPurchase(_ input: Operations.PostPurchase.Input) async throws -> Operations.PostPurchase.Output {
+        let started = ContinuousClock.now
+        let bundleId = input.path.bundleId
+        guard case .json(let request) = input.body else { throw CustomerAPIError(400, "invalid_request", "send application/json") }
+        guard let customerId = CustomerId.canonical(request.customerId) else {
+            throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
+        }
+        guard request.signedTransaction.split(separator: ".", omittingEmptySubsequences: false).count == 3 else {
+            throw CustomerAPIError(
+                400, "bare_transaction_id",
+                "signedTransaction must be the transaction's jwsRepresentation (a signed JWS), not a transaction id: an id proves nothing")
+        }
+        let document = PurchaseRecordDocument(
+            bundleId: bundleId, claim: PurchaseClaim(customerId: customerId, policy: configuration.ownershipPolicy(for: bundleId)),
+            signedTransaction: request.signedTransaction, signedRenewalInfo: request.signedRenewalInfo)
+        let verified: VerifiedNotification
+        do {
+            verified = try await verifier.verifyPurchase(document)
+        } catch {
+            throw CustomerAPIError(422, error.code, error.reason)
+        }
+        let transaction = verified.transactionInfo!.model
+        let transactionId = transaction.transactionId ?? ""
+        let originalTransactionId = transaction.originalTransactionId ?? transactionId
+        var record: CustomerPurchaseRecord
+        do {
+            record = try await store.recordPendingPurchase(CustomerPurchaseRecord(
+                purchaseKey: document.purchaseKey, environment: verified.environment.rawValue, bundleId: bundleId, transactionId: transactionId,
+                originalTransactionId: originalTransactionId, customerId: customerId, policy: document.claim.policy.rawValue, status: .pending))
+        } catch {
+            logger.warning("could not record a purchase: \(String(reflecting: error))")
+            throw CustomerAPIError.unavailable
+        }
+        if record.status == .pending {
+            // Produced again while pending: a first attempt whose record was lost is retried, and a record that did
+            // land is a duplicate (its notificationUUID is the purchase key) that the worker skips.
+            do {
+                try await producer.produce([(kind: .purchase, key: originalTransactionId, value: Array(document.json.serialized.utf8), source: "customer-api")])
+            } catch {
+                logger.warning("could not produce a purchase: \(error)")
+                throw CustomerAPIError(503, "not_stored", "the purchase could not be handed to the workers; retry (the same purchase is idempotent)", headers: ["Retry-After": "1"])
+            }
+            record = try await waitUntilApplied(key: document.purchaseKey, deadline: started + .milliseconds(configuration.applyTimeoutMilliseconds)) ?? record
+            if record.status != .pending { metrics.applyLatency.record(ContinuousClock.now - started) }
+        }
+        switch try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue) {
+        case .applied(let result): return .ok(.init(body: .json(result)))
+        case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
+        }
+    }
+
+    func getPurchase(_ input: Operations.GetPurchase.Input) async throws -> Operations.GetPurchase.Output {
+        let record: CustomerPurchaseRecord?
+        do {
+            record = try await store.latestPurchase(bundleId: input.path.bundleId, transactionId: input.path.transactionId)
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        guard let record else { throw CustomerAPIError.notFound("no purchase of this transaction was posted for this app") }
+        switch try await answer(record, ownershipType: nil) {
+        case .applied(let result): return .ok(.init(body: .json(result)))
+        case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
+        }
+    }
+
+    enum PurchaseAnswer {
+        case applied(Components.Schemas.PurchaseResult)
+        case pending(Components.Schemas.PurchasePending, location: String)
+    }
+
+    /// The answer to a purchase as it now stands: pending (202), taken by another customer (409), or applied
+    /// (200, with the customer's entitlements read after the worker's commit, and Apple told the new owner).
+    func answer(_ record: CustomerPurchaseRecord, ownershipType: String?) async throws -> PurchaseAnswer {
+        switch record.status {
+        case .pending:
+            let location = "/v1/apps/\(Self.pathComponent(record.bundleId))/purchases/\(Self.pathComponent(record.transactionId))"
+            return .pending(.init(status: .pending, transactionId: record.transactionId, location: location), location: location)
+        case .conflict:
+            throw CustomerAPIError(409, "owned_by_another_customer", "this purchase is owned by another customer, and the app's ownership policy keeps it there")
+        case .accepted:
+            let decision = record.decision.flatMap(OwnershipDecision.init(rawValue:)) ?? .alreadyOwned
+            if decision == .bound || decision == .transferred { await tellAppleTheOwner(record, ownershipType: ownershipType) }
+            let customer = try await readCustomer(bundleId: record.bundleId, customerId: record.customerId, environment: nil)
+            let ownership: Components.Schemas.PurchaseOutcome.OwnershipPayload = switch decision {
+            case .bound: .bound
+            case .transferred: .transferred
+            case .alreadyOwned, .conflict: .owned
+            }
+            return .applied(.init(
+                purchase: .init(
+                    transactionId: record.transactionId, originalTransactionId: record.originalTransactionId,
+                    environment: Components.Schemas.Environment(rawValue: record.environment) ?? .production, customerId: record.customerId,
+                    ownership: ownership),
+                customer: customer))
+        }
+    }
+
+    /// Polls the purchase's row until a worker applied it or the deadline passed (nil: the row is gone or unreadable).
+    func waitUntilApplied(key: String, deadline: ContinuousClock.Instant) async throws -> CustomerPurchaseRecord? {
+        while true {
+            let record = try? await store.purchase(key: key)
+            if let record, record.status != .pending { return record }
+            if ContinuousClock.now >= deadline || Task.isCancelled { return record }
+            try? await Task.sleep(for: pollInterval)
+        }
+    }
+
+    /// Set App Account Token for a purchase bound or moved to a customer, once per owner, where the app has an App
+    /// Store Server API key: later renewals then carry the owner's UUID. Family-shared transactions are never sent
+    /// (Apple refuses them); Apple's family refusal (4000185) is recorded, not an error; any other failure is
+    /// recorded and tried again at the next answer.
+    func tellAppleTheOwner(_ record: CustomerPurchaseRecord, ownershipType: String?) async {
+        guard let environment = AppStoreNotifications.Environment(rawValue: record.environment) else { return }
+        do {
+            guard let ownership = try await store.ownership(environment: record.environment, bundleId: record.bundleId, originalTransactionId: record.originalTransactionId),
+                ownership.customerId == record.customerId, ownership.appleTokenStatus == nil || ownership.appleTokenStatus?.hasPrefix("failed") == true
+            else { return }
+            let status: String
+            if ownershipType == "FAMILY_SHARED" || ownership.ownershipType == "FAMILY_SHARED" {
+                status = "family-shared"
+            } else if let api = appStore[environment] {
+                do {
+                    try await api.setAppAccountToken(bundleId: record.bundleId, originalTransactionId: record.originalTransactionId, appAccountToken: record.customerId)
+                    status = "set"
+                } catch let error as AppStoreServerAPIError where error.errorCode == AppleErrorCode.familyTransactionNotSupported {
+                    status = "family-refused"
+                } catch let error as AppStoreServerAPIError {
+                    status = "failed:\(error.errorCode.map(String.init) ?? "\(error.kind)")"
+                    logger.warning("Set App Account Token failed: \(error)")
+                }
+            } else {
+                status = "not-configured"
+            }
+            metrics.appleTokenCalls(status.hasPrefix("failed") ? "failed" : status)
+            try await store.recordAppleTokenStatus(environment: record.environment, bundleId: record.bundleId, originalTransactionId: record.originalTransactionId, status: status)
+        } catch {
+            logger.warning("could not record Set App Account Token's outcome: \(String(reflecting: error))")
+        }
+    }
+
+    // MARK: - Reads
+
+    func getCustomer(_ input: Operations.GetCustomer.Input) async throws -> Operations.GetCustomer.Output {
+        guard let customerId = CustomerId.canonical(input.path.customerId) else {
+            throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
+        }
+        return .ok(.init(body: .json(try await readCustomer(bundleId: input.path.bundleId, customerId: customerId, environment: input.query.environment?.rawValue))))
+    }
+
+    func readCustomer(bundleId: String, customerId: String, environment: String?) async throws -> Components.Schemas.Customer {
+        do {
+            let subscriptions = try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment).map(Self.subscription)
+            let purchases = try await store.customerOneTimePurchases(bundleId: bundleId, customerId: customerId, environment: environment).map(Self.oneTimePurchase)
+            return .init(
+                customerId: customerId, bundleId: bundleId, hasActiveAccess: subscriptions.contains(where: \.isActive) || purchases.contains(where: \.isActive),
+                subscriptions: subscriptions, oneTimePurchases: purchases)
+        } catch {
+            logger.warning("could not read a customer: \(String(reflecting: error))")
+            throw CustomerAPIError.unavailable
+        }
+    }
+
+    func getSubscription(_ input: Operations.GetSubscription.Input) async throws -> Operations.GetSubscription.Output {
+        let rows: [CustomerSubscriptionRow]
+        do {
+            rows = try await store.subscriptions(bundleId: input.path.bundleId, originalTransactionId: input.path.originalTransactionId, environment: input.query.environment?.rawValue)
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        guard !rows.isEmpty else { throw CustomerAPIError.notFound("no subscription with this originalTransactionId in this app") }
+        return .ok(.init(body: .json(.init(subscriptions: rows.map(Self.subscription)))))
+    }
+
+    func getTransaction(_ input: Operations.GetTransaction.Input) async throws -> Operations.GetTransaction.Output {
+        let rows: [CustomerTransactionRow]
+        do {
+            rows = try await store.transactions(bundleId: input.path.bundleId, transactionIds: [input.path.transactionId], environment: input.query.environment?.rawValue)
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        guard let row = rows.first else { throw CustomerAPIError.notFound("no transaction with this id in this app") }
+        return .ok(.init(body: .json(Self.transaction(row))))
+    }
+
+    /// Apple's Look Up Order ID where it exists (Production, with a key), verified like any signed transaction and
+    /// answered from our rows (or from Apple's own words where we hold no row); otherwise our rows only.
+    func getOrder(_ input: Operations.GetOrder.Input) async throws -> Operations.GetOrder.Output {
+        let bundleId = input.path.bundleId, orderId = input.path.orderId
+        let environment = input.query.environment?.rawValue
+        var answered: [Components.Schemas.Transaction] = []
+        if environment != "Sandbox", let api = appStore[.production] {
+            let signed: [String]
+            do {
+                signed = try await api.lookUpOrder(bundleId: bundleId, orderId: orderId)
+            } catch let error as AppStoreServerAPIError {
+                throw CustomerAPIError(503, "apple_unavailable", "Look Up Order ID failed: \(error.errorCode.map { "Apple error \($0)" } ?? "\(error.kind)")", headers: ["Retry-After": "5"])
+            }
+            var verified: [JWSTransactionDecodedPayload] = []
+            for jws in signed {
+                guard let transaction = try? await verifier.verifyTransaction(jws), transaction.model.bundleId == bundleId else { continue }
+                verified.append(transaction.model)
+            }
+            let ids = verified.compactMap(\.transactionId)
+            let rows = (try? await store.transactions(bundleId: bundleId, transactionIds: ids, environment: nil)) ?? []
+            for model in verified {
+                if let row = rows.first(where: { $0.transactionId == model.transactionId }) {
+                    answered.append(Self.transaction(row))
+                } else if let id = model.transactionId {
+                    answered.append(.init(
+                        transactionId: id, originalTransactionId: model.originalTransactionId ?? id, environment: .production, productId: model.productId,
+                        _type: model.type?.rawValue, purchaseDate: model.purchaseDate.map(\.date), expiresDate: model.expiresDate.map(\.date),
+                        revocationDate: model.revocationDate.map(\.date), ownershipType: model.inAppOwnershipType?.rawValue,
+                        appAccountToken: model.appAccountToken))
+                }
+            }
+        }
+        if answered.isEmpty {
+            do {
+                answered = try await store.transactionsOfOrder(bundleId: bundleId, orderId: orderId, environment: environment).map(Self.transaction)
+            } catch {
+                throw CustomerAPIError.unavailable
+            }
+        }
+        guard !answered.isEmpty else { throw CustomerAPIError.notFound("no transaction of this order id in this app") }
+        return .ok(.init(body: .json(.init(orderId: orderId, transactions: answered))))
+    }
+
+    // MARK: - Shapes
+
+    static func environment(_ text: String) -> Components.Schemas.Environment {
+        Components.Schemas.Environment(rawValue: text) ?? .production
+    }
+
+    static func subscription(_ row: CustomerSubscriptionRow) -> Components.Schemas.Subscription {
+        .init(
+            originalTransactionId: row.originalTransactionId, environment: environment(row.environment), productId: row.productId,
+            subscriptionGroupIdentifier: row.subscriptionGroupId, status: row.status, isActive: row.isActive, expiresAt: row.expiresAt,
+            autoRenewStatus: row.autoRenewStatus, autoRenewProductId: row.autoRenewProductId, gracePeriodExpiresAt: row.gracePeriodExpiresAt,
+            billingIssueSince: row.billingIssueSince, revocationDate: row.revocationDate, ownershipType: row.ownershipType, customerId: row.customerId,
+            appAccountToken: row.appAccountToken, appTransactionId: row.appTransactionId, sequence: row.sequence, contradiction: row.contradiction,
+            lastNotificationType: row.lastNotificationType, lastSignedDate: row.lastSignedDate)
+    }
+
+    static func oneTimePurchase(_ row: CustomerTransactionRow) -> Components.Schemas.OneTimePurchase {
+        .init(
+            transactionId: row.transactionId, originalTransactionId: row.originalTransactionId, environment: environment(row.environment), productId: row.productId,
+            _type: row.type, purchaseDate: row.purchaseDate, expiresDate: row.expiresDate, revocationDate: row.revocationDate, ownershipType: row.ownershipType,
+            customerId: row.customerId, isActive: row.isActive)
+    }
+
+    static func transaction(_ row: CustomerTransactionRow) -> Components.Schemas.Transaction {
+        .init(
+            transactionId: row.transactionId, originalTransactionId: row.originalTransactionId, environment: environment(row.environment), productId: row.productId,
+            _type: row.type, purchaseDate: row.purchaseDate, expiresDate: row.expiresDate, revocationDate: row.revocationDate,
+            revocationReason: row.revocationReason, ownershipType: row.ownershipType, appAccountToken: row.appAccountToken, customerId: row.customerId,
+            signedDate: row.signedDate)
+    }
+
+    /// A path segment percent-encoded (ids are digits and bundle ids dotted names, but nothing is assumed).
+    static func pathComponent(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? text
+    }
+}

@@ -1,0 +1,189 @@
+import AppStoreNotifications
+import EntitlementStore
+import Foundation
+import HTTPTypes
+import Logging
+import OpenAPIRuntime
+import Synchronization
+
+/// A refusal the customer API answers: an HTTP status and `{"error": {"code", "message"}}`. Every handler and
+/// middleware throws these; `ErrorResponseMiddleware` writes them.
+public struct CustomerAPIError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var status: Int
+    public var code: String
+    public var message: String
+    public var headers: [String: String] = [:]
+
+    public init(_ status: Int, _ code: String, _ message: String, headers: [String: String] = [:]) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers
+    }
+
+    public var description: String { "\(status) \(code): \(message)" }
+
+    static func notFound(_ what: String) -> CustomerAPIError { CustomerAPIError(404, "not_found", what) }
+    static let unavailable = CustomerAPIError(503, "unavailable", "the database or the broker did not answer; retry later", headers: ["Retry-After": "1"])
+
+    /// The connection guard's codes (`requestTimeout`) in this API's spelling (`request_timeout`).
+    static func snakeCase(_ code: String) -> String {
+        var result = ""
+        for character in code {
+            if character.isUppercase { result += "_" + character.lowercased() } else { result.append(character) }
+        }
+        return result
+    }
+
+    /// The JSON body, also used for the connection guard's own refusals (408, 413 before the body).
+    public static func body(code: String, message: String) -> String {
+        JSONObject(["error": .object(JSONObject(["code": .string(code), "message": .string(message)]))]).serialized
+    }
+}
+
+/// Outermost: turns every thrown error into the JSON shape (a `CustomerAPIError` as it is; a request the
+/// generated code could not decode as 400 `invalid_request`; anything else 500 `internal`, logged), and counts
+/// `customer_api_requests_total{route,status}` by operation id.
+struct ErrorResponseMiddleware: ServerMiddleware {
+    let metrics: CustomerAPIMetrics
+    let logger: Logger
+
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
+        next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        do {
+            let (response, responseBody) = try await next(request, body, metadata)
+            metrics.request(route: operationID, status: response.status.code)
+            return (response, responseBody)
+        } catch {
+            let refusal = Self.refusal(for: error)
+            if refusal.status >= 500 && refusal.code == "internal" {
+                logger.error("request failed", metadata: ["route": "\(operationID)", "error": "\(UntrustedText.escaped(String(describing: error), limit: 600))"])
+            }
+            metrics.request(route: operationID, status: refusal.status)
+            var response = HTTPResponse(status: .init(code: refusal.status))
+            response.headerFields[.contentType] = "application/json"
+            for (name, value) in refusal.headers { if let field = HTTPField.Name(name) { response.headerFields[field] = value } }
+            return (response, HTTPBody(CustomerAPIError.body(code: refusal.code, message: refusal.message)))
+        }
+    }
+
+    static func refusal(for error: any Error) -> CustomerAPIError {
+        if let error = error as? CustomerAPIError { return error }
+        if let error = error as? ServerError {
+            if let inner = error.underlyingError as? CustomerAPIError { return inner }
+            if error.operationInput == nil {
+                // The generated code could not decode the request: a missing or ill-typed field, a bad query value.
+                return CustomerAPIError(400, "invalid_request", UntrustedText.escaped(error.causeDescription, limit: 300))
+            }
+        }
+        return CustomerAPIError(500, "internal", "the request failed inside the service; it is logged")
+    }
+}
+
+/// Puts the 202's `Location` back as the path it is. The generated code writes every header as an OpenAPI
+/// "simple"-style value, percent-encoding its slashes (`%2Fv1%2Fapps…`), which no HTTP client follows; the value
+/// the handler sets is already a path with percent-encoded segments, so one decoding restores it exactly.
+struct LocationHeaderMiddleware: ServerMiddleware {
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
+        next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        var (response, responseBody) = try await next(request, body, metadata)
+        if let location = response.headerFields[.location], let path = location.removingPercentEncoding {
+            response.headerFields[.location] = path
+        }
+        return (response, responseBody)
+    }
+}
+
+/// Reads the request body at most up to the limit (the generated code would read it whole): a chunked body that
+/// grows past `CUSTOMER_API_MAX_BODY_BYTES` is 413 `body_too_large` (an announced oversize length is already
+/// refused by the connection guard, before the body).
+struct BodyLimitMiddleware: ServerMiddleware {
+    let maximumBytes: Int
+
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
+        next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        guard let body else { return try await next(request, nil, metadata) }
+        let bytes: [UInt8]
+        do {
+            bytes = try await [UInt8](collecting: body, upTo: maximumBytes)
+        } catch {
+            throw CustomerAPIError(413, "body_too_large", "the body is over the \(maximumBytes)-byte limit", headers: ["Connection": "close"])
+        }
+        return try await next(request, HTTPBody(bytes), metadata)
+    }
+}
+
+/// `Authorization: Bearer ak_…`: the key's row (cached for at most `CUSTOMER_API_KEY_CACHE_MS`, so a revoked key
+/// is refused within a second), its hash compared in constant time (an unknown id against a fixed value, so an
+/// answer does not tell whether a key exists), then the route's bundle id and scope.
+struct AuthenticationMiddleware: ServerMiddleware {
+    let keys: APIKeyCache
+    let configuredBundleIds: Set<String>
+
+    /// The scope each operation needs: purchases write, everything else reads.
+    static func scope(of operationID: String) -> APIKeyScope { operationID == "postPurchase" ? .write : .read }
+
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
+        next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        let challenge = ["WWW-Authenticate": "Bearer"]
+        guard let header = request.headerFields[.authorization] else {
+            throw CustomerAPIError(401, "unauthorized", "send Authorization: Bearer <key> (pipelinectl api-keys create)", headers: challenge)
+        }
+        let token = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : ""
+        let presented = APIKeySecret(presented: token)
+        let stored: APIKeyRecord?
+        do {
+            stored = try await keys.record(id: presented?.id ?? "key_000000000000")
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        let usable = stored.flatMap { $0.revokedAt == nil ? $0 : nil }
+        guard APIKeySecret.matches(presented, stored: usable?.secretSHA256), let key = usable else {
+            throw CustomerAPIError(401, "unauthorized", "the key is unknown or revoked", headers: challenge)
+        }
+        if let bundleId = metadata.pathParameters["bundleId"].map(String.init) {
+            guard configuredBundleIds.contains(bundleId) else {
+                throw CustomerAPIError(403, "unknown_app", "\(UntrustedText.quoted(bundleId, limit: 100)) is not an app of this pipeline (APPS)")
+            }
+            guard key.bundleIds.isEmpty || key.bundleIds.contains(bundleId) else {
+                throw CustomerAPIError(403, "forbidden_bundle", "this key does not see \(UntrustedText.quoted(bundleId, limit: 100))")
+            }
+        }
+        guard (APIKeyScope(rawValue: key.scope) ?? .read).allows(Self.scope(of: operationID)) else {
+            throw CustomerAPIError(403, "insufficient_scope", "this operation needs a key of scope \(Self.scope(of: operationID).rawValue)")
+        }
+        return try await next(request, body, metadata)
+    }
+}
+
+/// Key rows read from PostgreSQL, each reused for a short while: a flood of requests costs one query per key per
+/// period, and a revocation takes effect within it.
+final class APIKeyCache: Sendable {
+    private let store: EntitlementStore
+    private let ttl: Duration
+    private let entries = Mutex<[String: (record: APIKeyRecord?, read: ContinuousClock.Instant)]>([:])
+
+    init(store: EntitlementStore, ttl: Duration) {
+        self.store = store
+        self.ttl = ttl
+    }
+
+    func record(id: String) async throws -> APIKeyRecord? {
+        let now = ContinuousClock.now
+        if let entry = entries.withLock({ $0[id] }), now - entry.read < ttl { return entry.record }
+        let record = try await store.apiKey(id: id)
+        entries.withLock { entries in
+            if entries.count > 10_000 { entries.removeAll() }
+            entries[id] = (record, now)
+        }
+        return record
+    }
+}
