@@ -188,6 +188,10 @@ let package = Package(
             dependencies: ["KafkaClient", .product(name: "Logging", package: "swift-log")]
         ),
         .executableTarget(
+            name: "customer-api-bench",
+            dependencies: ["AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")]
+        ),
+        .executableTarget(
             name: "worker-bench",
             dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")]
         ),

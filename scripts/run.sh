@@ -4,7 +4,8 @@
 #   scripts/run.sh          install what is missing, build, start PostgreSQL and the broker (scripts/services.sh),
 #                           migrate, ensure the topics, start ingest and two workers, send the demo stream, print
 #                           the entitlements and the dead letters, re-drive the dead letters after configuring the
-#                           second app, stop ingest while a fake App Store keeps sending and recover what it
+#                           second app, post a purchase to the customer API and read the customer back before
+#                           Apple's notification arrives, stop ingest while a fake App Store keeps sending and recover what it
 #                           missed with `pipelinectl backfill`, check every hop with `pipelinectl test-notification`,
 #                           then keep running (Ctrl-C stops everything; without a terminal, or with
 #                           RUN_DETACH=1, it returns and leaves the stack running)
@@ -68,6 +69,7 @@ swift build --product worker 2>&1 | tail -1
 swift build --product pipelinectl 2>&1 | tail -1
 swift build --product demo-notifications 2>&1 | tail -1
 swift build --product fake-appstore-api 2>&1 | tail -1
+swift build --product customer-api 2>&1 | tail -1
 bin=$(swift build --show-bin-path)
 
 log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
@@ -129,7 +131,7 @@ sys.exit(0 if lag["totalLag"] == 0 and all(p["committed"] is not None for p in l
 }
 
 log "ingest on :$ingest_port, workers on :${worker_ports[*]} (ops)"
-"$bin/demo-notifications" "$stack/demo-root.pem" 20 >"$stack/demo-bodies.jsonl"
+"$bin/demo-notifications" "$stack/demo-root.pem" 20 "$stack/demo-purchase.json" >"$stack/demo-bodies.jsonl"
 start_ingest() {
     INGEST_HOST=127.0.0.1 INGEST_PORT=$ingest_port nohup "$bin/ingest" >>"$stack/ingest.log" 2>&1 &
     echo $! >"$stack/ingest.pid"
@@ -179,6 +181,39 @@ events_subject=$("$bin/pipelinectl" events tail --json --type entitlement.revoke
 [[ -n $events_subject ]] && "$bin/pipelinectl" events tail --original-transaction-id "$events_subject"
 "$bin/pipelinectl" events tail --json | python3 -c 'import collections,json,sys; c=collections.Counter(json.loads(l)["type"] for l in sys.stdin if l.startswith("{")); print("events by type: " + ", ".join(f"{t} {n}" for t, n in sorted(c.items())))'
 
+log "the customer API: the app's backend posts a purchase and reads the customer back before Apple's notification arrives"
+customer_api_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+customer_api_ops=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+APPS=$app TRUSTED_ROOTS="apple,$stack/demo-root.pem" CUSTOMER_API_HOST=127.0.0.1 CUSTOMER_API_PORT=$customer_api_port \
+    CUSTOMER_API_OPS_PORT=$customer_api_ops nohup "$bin/customer-api" >>"$stack/customer-api.log" 2>&1 &
+echo $! >"$stack/customer-api.pid"
+wait_ready "http://127.0.0.1:$customer_api_ops/health/ready"
+api_key=$("$bin/pipelinectl" api-keys create --name demo-backend --scope write --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["secret"])')
+echo "pipelinectl api-keys create --name demo-backend --scope write   (the key is shown once; PostgreSQL keeps its hash)"
+python3 - "$customer_api_port" "$api_key" "$stack/demo-purchase.json" "${app%%:*}" <<'PY'
+import json, sys, urllib.request
+port, key, path, bundle = sys.argv[1:5]
+purchase = json.load(open(path))
+def call(method, route, body=None):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{route}", method=method, data=json.dumps(body).encode() if body else None,
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.status, json.load(response)
+status, answer = call("POST", f"/v1/apps/{bundle}/purchases", {k: purchase[k] for k in ("customerId", "signedTransaction", "signedRenewalInfo")})
+subscription = answer["customer"]["subscriptions"][0]
+print(f"POST /v1/apps/{bundle}/purchases → {status}, ownership {answer['purchase']['ownership']}; "
+      f"{subscription['originalTransactionId']}: {subscription['status']}, isActive {subscription['isActive']}, expires {subscription['expiresAt']}, event sequence {subscription['sequence']}")
+status, customer = call("GET", f"/v1/apps/{bundle}/customers/{purchase['customerId']}")
+print(f"GET  /v1/apps/{bundle}/customers/{purchase['customerId']} → {status}, hasActiveAccess {customer['hasActiveAccess']}, {len(customer['subscriptions'])} subscription")
+PY
+curl -fsS -o /dev/null -w "Apple's SUBSCRIBED for the same transaction, POSTed to ingest → %{http_code}\n" -H 'Content-Type: application/json' \
+    --data-binary "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["notificationBody"])' "$stack/demo-purchase.json")" \
+    "http://127.0.0.1:$ingest_port/v2/notifications"
+wait_drained
+sleep 1  # one relay round
+echo "after the notification (no second grant, no new event):"
+"$bin/pipelinectl" events tail --original-transaction-id 2000000777000001
+
 log "configure the second app (APPS += $later_app), restart the workers one by one, re-drive the dead letters"
 for number in 1 2; do
     other=${worker_ports[$((2 - number))]} own=${worker_ports[$((number - 1))]}
@@ -224,6 +259,7 @@ cat <<EOF
   workers       $(for port in "${worker_ports[@]}"; do printf 'http://127.0.0.1:%s/metrics  ' "$port"; done)
   PostgreSQL    $POSTGRES_URL
   Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
+  customer API  http://127.0.0.1:$customer_api_port/v1/apps/${app%%:*}/customers/{customerId}   (Bearer key: pipelinectl api-keys create; docs/customer-api.md; ops :$customer_api_ops)
   fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log
   events        $bin/pipelinectl events tail --follow     (topic appstore.entitlement-events.v1, docs/events.md)

@@ -18,7 +18,7 @@ struct DemoNotifications {
     static func main() throws {
         let arguments = CommandLine.arguments
         guard arguments.count >= 2 else {
-            FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS]\n".utf8))
+            FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS [PURCHASE_JSON_OUTPUT]]\n".utf8))
             exit(2)
         }
         let subscriptions = arguments.count >= 3 ? Int(arguments[2]) ?? 20 : 20
@@ -70,6 +70,25 @@ struct DemoNotifications {
         laterEvent.expiresDate = laterEvent.purchaseDate + 365 * 86_400_000
         stream.append(NotificationMinter.body(NotificationMinter(chain: chain, bundleId: laterApp).signedNotification(laterEvent)))
         stream.append(#"{"signedPayload": 42}"#)
+
+        // A purchase made just now, as the app's backend receives it from StoreKit (customer-api's demo), and the
+        // SUBSCRIBED notification Apple sends for it a little later.
+        if arguments.count >= 4 {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let customer = "6f1c2a52-7f1e-4a43-9f6e-3b1d2e4c5a69"
+            var bought = NotificationMinter.SubscriptionEvent(
+                notificationType: "SUBSCRIBED", subtype: "INITIAL_BUY", notificationUUID: UUID().uuidString.lowercased(), signedDate: now - 2_000,
+                originalTransactionId: "2000000777000001", transactionId: "2000000777000001", purchaseDate: now - 2_000, expiresDate: now - 2_000 + month,
+                appAccountToken: customer)
+            bought.productId = "com.example.pipeline.pro.monthly"
+            var notification = bought
+            notification.signedDate = now
+            let purchase = JSONObject([
+                "customerId": .string(customer), "signedTransaction": .string(chain.sign(minter.transaction(bought))),
+                "signedRenewalInfo": .string(chain.sign(minter.renewalInfo(bought))), "notificationBody": .string(NotificationMinter.body(minter.signedNotification(notification))),
+            ])
+            try Data(purchase.serialized.utf8).write(to: URL(fileURLWithPath: arguments[3]))
+        }
 
         for body in stream { print(body) }
         FileHandle.standardError.write(Data("""
