@@ -113,6 +113,25 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // MARK: - Webhooks: entitlement events delivered to HTTP endpoints (Standard Webhooks)
+        .target(
+            name: "Webhooks",
+            dependencies: [
+                "AppStoreNotifications",
+                "EntitlementEvents",
+                "EntitlementStore",
+                "KafkaClient",
+                "NotificationPipeline",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // MARK: - Composition: configuration, the ingest application, the worker service
         .target(
             name: "NotificationPipeline",
@@ -156,6 +175,7 @@ let package = Package(
                 "CustomerAPI",
                 "EntitlementEvents",
                 "NotificationPipeline",
+                "Webhooks",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -170,6 +190,10 @@ let package = Package(
         .executableTarget(
             name: "customer-api",
             dependencies: ["CustomerAPI", "NotificationPipeline"]
+        ),
+        .executableTarget(
+            name: "webhooks",
+            dependencies: ["Webhooks", "NotificationPipeline"]
         ),
         .executableTarget(
             name: "fake-appstore-api",
@@ -206,7 +230,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "CustomerAPI", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["NotificationPipeline", "CustomerAPI", "Webhooks", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

@@ -4,7 +4,8 @@
 #   scripts/run.sh          install what is missing, build, start PostgreSQL and the broker (scripts/services.sh),
 #                           migrate, ensure the topics, start ingest and two workers, send the demo stream, print
 #                           the entitlements and the dead letters, re-drive the dead letters after configuring the
-#                           second app, post a purchase to the customer API and read the customer back before
+#                           second app, deliver the entitlement events to a webhook receiver that verifies their
+#                           signatures, post a purchase to the customer API and read the customer back before
 #                           Apple's notification arrives, stop ingest while a fake App Store keeps sending and recover what it
 #                           missed with `pipelinectl backfill`, check every hop with `pipelinectl test-notification`,
 #                           then keep running (Ctrl-C stops everything; without a terminal, or with
@@ -70,6 +71,7 @@ swift build --product pipelinectl 2>&1 | tail -1
 swift build --product demo-notifications 2>&1 | tail -1
 swift build --product fake-appstore-api 2>&1 | tail -1
 swift build --product customer-api 2>&1 | tail -1
+swift build --product webhooks 2>&1 | tail -1
 bin=$(swift build --show-bin-path)
 
 log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
@@ -150,6 +152,21 @@ for port in "${worker_ports[@]}"; do wait_ready "http://127.0.0.1:$port/health/r
 wait_settled "${worker_ports[@]}"
 echo "ready: APPS=$app, TRUSTED_ROOTS=apple + the demo's test root"
 
+log "webhooks: a receiver on loopback (scripts/webhook-receiver.py verifies every signature), registered with pipelinectl webhooks add"
+receiver_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+webhooks_ops=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+webhook=$(WEBHOOKS_ALLOW_PRIVATE_TARGETS=true "$bin/pipelinectl" webhooks add --url "http://127.0.0.1:$receiver_port/appstore" --allow-http \
+    --description "the demo's receiver" --json)
+webhook_id=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["id"])' "$webhook")
+echo "pipelinectl webhooks add --url http://127.0.0.1:$receiver_port/appstore --allow-http → $webhook_id (its whsec_ secret is printed once, here kept for the receiver)"
+WEBHOOK_SECRET=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["secret"])' "$webhook") \
+    nohup python3 scripts/webhook-receiver.py "$receiver_port" "$stack/webhook-receiver.log" >>"$stack/webhook-receiver.err" 2>&1 &
+echo $! >"$stack/webhook-receiver.pid"
+WEBHOOKS_OPS_HOST=127.0.0.1 WEBHOOKS_OPS_PORT=$webhooks_ops WEBHOOKS_GROUP_ID=appstore-webhooks WEBHOOKS_ALLOW_PRIVATE_TARGETS=true \
+    nohup "$bin/webhooks" >>"$stack/webhooks.log" 2>&1 &
+echo $! >"$stack/webhooks.pid"
+wait_ready "http://127.0.0.1:$webhooks_ops/health/ready"
+
 log "POST the demo stream to http://127.0.0.1:$ingest_port/v2/notifications"
 python3 - "$ingest_port" "$stack/demo-bodies.jsonl" <<'PY'
 import collections, json, sys, urllib.request, urllib.error
@@ -180,6 +197,16 @@ done
 events_subject=$("$bin/pipelinectl" events tail --json --type entitlement.revoked | python3 -c 'import json,sys; lines=[json.loads(l) for l in sys.stdin if l.startswith("{")]; print(lines[0]["subject"] if lines else "")')
 [[ -n $events_subject ]] && "$bin/pipelinectl" events tail --original-transaction-id "$events_subject"
 "$bin/pipelinectl" events tail --json | python3 -c 'import collections,json,sys; c=collections.Counter(json.loads(l)["type"] for l in sys.stdin if l.startswith("{")); print("events by type: " + ", ".join(f"{t} {n}" for t, n in sorted(c.items())))'
+
+log "webhook deliveries: the receiver verified each signature (first lines of its log), and the delivery log"
+for _ in $(seq 150); do  # until every published event reached the receiver
+    published=$("$PIPELINE_PG_BIN/psql" "$POSTGRES_URL" -qAtc "SELECT count(*) FROM entitlement_events_outbox")
+    [[ $(grep -c '^verified' "$stack/webhook-receiver.log" 2>/dev/null) -ge $published ]] && break
+    sleep 0.2
+done
+head -8 "$stack/webhook-receiver.log"
+echo "… $(grep -c '^verified' "$stack/webhook-receiver.log") deliveries verified, $(grep -c '^REFUSED' "$stack/webhook-receiver.log") refused; $published events published"
+"$bin/pipelinectl" webhooks deliveries --endpoint "$webhook_id" --limit 3
 
 log "the customer API: the app's backend posts a purchase and reads the customer back before Apple's notification arrives"
 customer_api_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -259,6 +286,7 @@ cat <<EOF
   workers       $(for port in "${worker_ports[@]}"; do printf 'http://127.0.0.1:%s/metrics  ' "$port"; done)
   PostgreSQL    $POSTGRES_URL
   Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
+  webhooks      endpoint $webhook_id → http://127.0.0.1:$receiver_port/appstore (log $stack/webhook-receiver.log; ops :$webhooks_ops; docs/webhooks.md)
   customer API  http://127.0.0.1:$customer_api_port/v1/apps/${app%%:*}/customers/{customerId}   (Bearer key: pipelinectl api-keys create; docs/customer-api.md; ops :$customer_api_ops)
   fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log

@@ -398,5 +398,67 @@ public enum Migrations {
             "CREATE INDEX transactions_by_app_account_token ON transactions (bundle_id, lower(app_account_token)) WHERE app_account_token IS NOT NULL",
             "CREATE INDEX entitlements_by_lower_app_account_token ON entitlements (bundle_id, lower(app_account_token)) WHERE app_account_token IS NOT NULL",
         ]),
+        // Webhooks: endpoints (with their signing secrets: an HMAC key must be kept to sign, so no hash serves
+        // here), one delivery row per (endpoint, event) in topic order, and every attempt's outcome.
+        Migration(version: 12, name: "webhook endpoints, deliveries, attempts", sql: [
+            """
+            CREATE TABLE webhook_endpoints (
+                id text PRIMARY KEY,
+                url text NOT NULL,
+                description text,
+                bundle_ids text[] NOT NULL DEFAULT '{}',
+                environment text,
+                event_types text[] NOT NULL DEFAULT '{}',
+                allow_http boolean NOT NULL DEFAULT false,
+                secret text NOT NULL,
+                previous_secret text,
+                previous_secret_until timestamptz,
+                enabled boolean NOT NULL DEFAULT true,
+                disabled_reason text,
+                dead_in_a_row int NOT NULL DEFAULT 0,
+                created_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE webhook_deliveries (
+                id bigserial PRIMARY KEY,
+                endpoint_id text NOT NULL REFERENCES webhook_endpoints (id) ON DELETE CASCADE,
+                event_id text NOT NULL,
+                event_type text NOT NULL,
+                subject text NOT NULL,
+                event_time timestamptz NOT NULL,
+                kafka_partition int NOT NULL,
+                kafka_offset bigint NOT NULL,
+                body text NOT NULL,
+                status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'delivered', 'dead')),
+                attempts int NOT NULL DEFAULT 0,
+                next_attempt_at timestamptz NOT NULL DEFAULT now(),
+                leased_until timestamptz,
+                last_status int,
+                last_error text,
+                last_latency_ms int,
+                response_excerpt text,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                finished_at timestamptz,
+                UNIQUE (endpoint_id, event_id)
+            )
+            """,
+            // The heads of each (endpoint, subscription) chain: the oldest pending delivery by topic position.
+            "CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (endpoint_id, subject, kafka_partition, kafka_offset) WHERE status = 'pending'",
+            "CREATE INDEX webhook_deliveries_by_endpoint ON webhook_deliveries (endpoint_id, created_at DESC)",
+            "CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (finished_at) WHERE status <> 'pending'",
+            """
+            CREATE TABLE webhook_attempts (
+                id bigserial PRIMARY KEY,
+                delivery_id bigint NOT NULL REFERENCES webhook_deliveries (id) ON DELETE CASCADE,
+                attempted_at timestamptz NOT NULL DEFAULT now(),
+                status int,
+                latency_ms int NOT NULL,
+                error text,
+                response_excerpt text
+            )
+            """,
+            "CREATE INDEX webhook_attempts_by_delivery ON webhook_attempts (delivery_id, attempted_at)",
+        ]),
     ]
 }

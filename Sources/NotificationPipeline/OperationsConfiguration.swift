@@ -38,6 +38,8 @@ public struct OperationsConfiguration: Sendable {
     public static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
+        // pipelinectl webhooks (WebhooksConfiguration.toolSettings).
+        "WEBHOOKS_ALLOW_PRIVATE_TARGETS", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_TIMEOUT_MS",
     ] + KafkaEnvironment.keys + appStoreKeys + EventsConfiguration.environmentKeys
 
     /// What `backfill` and `test-notification` read (AppStoreServerAPIConfiguration.fromEnvironment).

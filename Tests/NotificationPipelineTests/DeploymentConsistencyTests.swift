@@ -1,5 +1,5 @@
 import AppStoreNotifications
-import CustomerAPI
+@testable import CustomerAPI
 import EntitlementEvents
 import EntitlementStore
 import Foundation
@@ -7,6 +7,7 @@ import KafkaClient
 import Prometheus
 import TestSupport
 import Testing
+@testable import Webhooks
 
 @testable import NotificationPipeline
 
@@ -21,12 +22,14 @@ struct DeploymentConsistencyTests {
         "ingest": IngestConfiguration.environmentKeys,
         "worker": WorkerConfiguration.environmentKeys,
         "customer-api": CustomerAPIConfiguration.environmentKeys,
+        "webhooks": WebhooksConfiguration.environmentKeys,
         "pipelinectl": OperationsConfiguration.environmentKeys,
     ]
     static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
     static let defaultIngestPort = IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).port
     static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
     static let defaultCustomerAPI = CustomerAPIConfiguration(shared: WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
+    static let defaultWebhooksPort = WebhooksConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
 
     /// The ports a service process listens on (`all`) and the one serving `/health/*` and `/metrics` (`ops`),
     /// from its environment and defaults; nil for a process that serves nothing (pipelinectl).
@@ -42,6 +45,9 @@ struct DeploymentConsistencyTests {
             let api = environment["CUSTOMER_API_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.port
             let ops = environment["CUSTOMER_API_OPS_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.opsPort
             return ([api, ops], ops)
+        case "webhooks":
+            let port = environment["WEBHOOKS_OPS_PORT"].flatMap(Int.init) ?? defaultWebhooksPort
+            return ([port], port)
         default:
             return nil
         }
@@ -116,7 +122,8 @@ struct DeploymentConsistencyTests {
                 #expect([OperationsRoutes.live, OperationsRoutes.ready].contains(target.1), "\(name)'s health check calls \(target.1), not a health route")
             }
         }
-        #expect(ours == 5, "migrate, ingest, worker, customer-api and the catch-up backfill are built from the image")
+        #expect(ours == 6, "migrate, ingest, worker, customer-api, webhooks and the catch-up backfill are built from the image")
+        #expect((services["webhooks"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 2, "the webhooks service is scaled horizontally")
         #expect((services["customer-api"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 2, "the customer API is scaled horizontally")
         #expect(services["catch-up"]?["profiles"] as? [String] == ["catch-up"], "the catch-up needs a key: off unless its profile is asked for")
         #expect((services["worker"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 3)
@@ -255,11 +262,12 @@ struct DeploymentConsistencyTests {
         #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
         #expect(named("PodDisruptionBudget").count == 1 && named("Job").count == 1)
         #expect(Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api"], "ingest and the customer API are reachable as Services")
+        #expect(Set(named("PodDisruptionBudget").map(name)) == ["appstore-worker"])
         #expect(Set(named("CronJob").map(name)) == ["appstore-pipeline-catch-up", "appstore-pipeline-reconcile"], "the automatic catch-up and the nightly reconcile")
         for cronJob in named("CronJob") {
             #expect((cronJob["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "\(name(cronJob)): one pass at a time")
         }
-        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.opsPort].sorted())
+        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort].sorted())
     }
 
     // MARK: - Interfaces
@@ -276,8 +284,8 @@ struct DeploymentConsistencyTests {
             NotificationRecordHeader.environmentHint, NotificationRecordHeader.source, NotificationRecordHeader.sendAttemptResult,
         ]
         #expect(notification.subtracting(headers("appleNotification")).isEmpty, "\(notification.subtracting(headers("appleNotification")))")
-        for message in ["statusSnapshot", "historyTransaction"] { #expect(headers(message).contains(NotificationRecordHeader.recordKind), "\(message)") }
-        let kinds = Set(["statusSnapshot", "historyTransaction"].compactMap {
+        for message in ["statusSnapshot", "historyTransaction", "purchase"] { #expect(headers(message).contains(NotificationRecordHeader.recordKind), "\(message)") }
+        let kinds = Set(["statusSnapshot", "historyTransaction", "purchase"].compactMap {
             (((messages[$0]?["headers"] as? [String: Any])?["properties"] as? [String: Any])?[NotificationRecordHeader.recordKind] as? [String: Any])?["const"] as? String
         })
         #expect(kinds == Set(PulledRecordKind.allCases.map(\.rawValue)))
@@ -347,6 +355,16 @@ struct DeploymentConsistencyTests {
         #expect(try JSONSchemaCheck.validate([broken.serialized], against: "docs/entitlement-event.schema.json").count == 1)
     }
 
+    @Test("docs/webhooks.yaml lists exactly the headers every delivery carries, as required")
+    func webhooksContract() throws {
+        let document = try #require(try YAMLFile.load("docs/webhooks.yaml").first as? [String: Any])
+        let post = try #require(((document["webhooks"] as? [String: Any])?["entitlementEvent"] as? [String: Any])?["post"] as? [String: Any])
+        let parameters = post["parameters"] as? [[String: Any]] ?? []
+        let headers = parameters.filter { $0["in"] as? String == "header" && $0["required"] as? Bool == true }.compactMap { $0["name"] as? String }
+        #expect(Set(headers) == Set(WebhookSender.headerNames), "\(headers) vs \(WebhookSender.headerNames)")
+        #expect(document["openapi"] as? String == "3.1.0")
+    }
+
     // MARK: - Dockerfile and dashboard
 
     @Test("Dockerfile builds every executable statically, runs as non-root, exposes the services' ports")
@@ -363,7 +381,7 @@ struct DeploymentConsistencyTests {
         #expect(shipped.compare("2.2.0", options: .numeric) != .orderedAscending, "\(runtimeBase) ships librdkafka \(shipped), below 2.2")
         #expect(text.contains("ARG LIBRDKAFKA_MINIMUM=2.2.0") && text.contains("dpkg --compare-versions"), "the image build checks the installed version")
         let exposed = text.split(separator: "\n").filter { $0.hasPrefix("EXPOSE") }.flatMap { $0.split(separator: " ").dropFirst().compactMap { Int($0) } }
-        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.port, Self.defaultCustomerAPI.opsPort])
+        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.port, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort])
     }
 
     @Test("the Grafana dashboard plots only metrics the services export")
@@ -383,6 +401,13 @@ struct DeploymentConsistencyTests {
         events.oldestUnpublishedAge.record(Double(1))
         events.published.increment()
         events.relayFailures.increment()
+        let webhooks = WebhooksMetrics(registry: registry)
+        webhooks.attempt("delivered")
+        webhooks.oldestUndelivered(endpoint: "we_0", seconds: 1)
+        webhooks.attemptDuration.record(.milliseconds(5))
+        let customerAPI = CustomerAPIMetrics(registry: registry)
+        customerAPI.request(route: "getCustomer", status: 200)
+        customerAPI.applyLatency.record(.milliseconds(5))
         var buffer: [UInt8] = []
         registry.emit(into: &buffer)
         let exported = Set(String(decoding: buffer, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { String($0.split(separator: " ")[2]) })
@@ -391,7 +416,7 @@ struct DeploymentConsistencyTests {
         let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
         let expressions = (dashboard["panels"] as? [[String: Any]] ?? []).flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
         #expect(expressions.count >= 10)
-        let pattern = try Regex(#"\b(ingest|worker|events)_[a-z_]+"#)
+        let pattern = try Regex(#"\b(ingest|worker|events|webhooks|customer_api)_[a-z_]+"#)
         var plotted: Set<String> = []
         for expression in expressions {
             for match in expression.matches(of: pattern) {
@@ -403,7 +428,8 @@ struct DeploymentConsistencyTests {
         #expect(plotted.subtracting(exported).isEmpty, "plotted but never exported: \(plotted.subtracting(exported).sorted())")
         // Every panel the issue names: ingest rate and latency, outcomes by reason, batch latency, lag, dead letters.
         for required in ["ingest_requests_total", "ingest_produce_duration_seconds", "worker_notifications_total", "worker_dead_letters_total",
-                         "worker_batch_duration_seconds", "worker_consumer_lag_records", "events_outbox_oldest_age_seconds", "events_published_total"] {
+                         "worker_batch_duration_seconds", "worker_consumer_lag_records", "events_outbox_oldest_age_seconds", "events_published_total",
+                         "webhooks_attempts_total", "webhooks_oldest_undelivered_age_seconds", "customer_api_requests_total", "customer_api_purchase_apply_duration_seconds"] {
             #expect(plotted.contains(required), "the dashboard plots \(required)")
         }
     }

@@ -1,0 +1,108 @@
+import AppStoreNotifications
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// A webhook receiver on loopback for tests: records every POST it gets (headers, body, its own answer) and
+/// answers as told. Paths: `/hook/<name>` answers 200 (or 500 while the event's subject is failing),
+/// `/redirect` answers 302 to `/redirected` (which records too, so a followed redirect would show), `/slow`
+/// answers only after `slowSeconds`.
+public final class WebhookReceiver: Sendable {
+    public struct Delivery: Sendable {
+        public var path: String
+        public var id: String
+        public var timestamp: Int64
+        public var signature: String
+        public var body: [UInt8]
+        public var status: Int
+        public var arrived: ContinuousClock.Instant
+        public var json: JSONObject? { try? StrictJSONParser().parseObject(body) }
+        public var subject: String { json?["subject"]?.stringValue ?? "" }
+        public var type: String { json?["type"]?.stringValue ?? "" }
+    }
+
+    struct State {
+        var deliveries: [Delivery] = []
+        var failingSubjects: Set<String> = []
+        var delay: Duration = .zero
+        var running: (ServiceGroup, Task<Void, any Error>)?
+    }
+
+    private let state = Mutex(State())
+    public let slowSeconds: Int
+    let logger: Logger
+
+    public init(slowSeconds: Int = 5) {
+        self.slowSeconds = slowSeconds
+        var logger = Logger(label: "webhook-receiver")
+        logger.logLevel = .error
+        self.logger = logger
+    }
+
+    /// Starts on a free port of 127.0.0.1 and returns it.
+    public func start() async throws -> Int {
+        let router = Router()
+        router.post("/hook/:name") { request, context in try await self.receive(request, path: "/hook/" + (context.parameters.get("name") ?? "")) }
+        router.post("/redirected") { request, _ in try await self.receive(request, path: "/redirected") }
+        router.post("/redirect") { request, _ in
+            _ = try await self.record(request, path: "/redirect", status: 302)
+            return Response(status: .found, headers: [.location: "/redirected"])
+        }
+        router.post("/slow") { request, _ in
+            try await Task.sleep(for: .seconds(self.slowSeconds))
+            return try await self.receive(request, path: "/slow")
+        }
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: "webhook-receiver"),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
+        let task = Task { try await group.run() }
+        state.withLock { $0.running = (group, task) }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the webhook receiver did not start") }
+        return port
+    }
+
+    public func stop() async {
+        if let (group, task) = state.withLock({ $0.running }) {
+            await group.triggerGracefulShutdown()
+            _ = try? await task.value
+        }
+    }
+
+    /// While `subject` is failing, its deliveries get 500.
+    public func setFailing(_ subject: String, _ failing: Bool) {
+        state.withLock { if failing { $0.failingSubjects.insert(subject) } else { $0.failingSubjects.remove(subject) } }
+    }
+
+    /// Every answer waits this long first (a slow receiver).
+    public func setDelay(_ delay: Duration) {
+        state.withLock { $0.delay = delay }
+    }
+
+    /// Every POST received so far, in arrival order.
+    public var deliveries: [Delivery] { state.withLock { $0.deliveries } }
+
+    func receive(_ request: Request, path: String) async throws -> Response {
+        let delay = state.withLock { $0.delay }
+        if delay > .zero { try await Task.sleep(for: delay) }
+        let status = try await record(request, path: path, status: nil)
+        return Response(status: .init(code: status), body: .init(byteBuffer: ByteBuffer(string: status == 200 ? "ok" : "failing on purpose")))
+    }
+
+    /// Records the request; `status` nil: 500 if its subject is failing, else 200.
+    func record(_ request: Request, path: String, status: Int?) async throws -> Int {
+        let body = Array(buffer: try await request.body.collect(upTo: 1 << 20))
+        let subject = (try? StrictJSONParser().parseObject(body))?["subject"]?.stringValue ?? ""
+        return state.withLock { state in
+            let answer = status ?? (state.failingSubjects.contains(subject) ? 500 : 200)
+            state.deliveries.append(Delivery(
+                path: path, id: request.headers[.init("webhook-id")!] ?? "", timestamp: Int64(request.headers[.init("webhook-timestamp")!] ?? "") ?? 0,
+                signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: answer, arrived: .now))
+            return answer
+        }
+    }
+}

@@ -1,0 +1,219 @@
+import AppStoreNotifications
+import EntitlementEvents
+import Foundation
+import KafkaClient
+import Logging
+import Prometheus
+import ServiceLifecycle
+
+extension WebhookEvent {
+    /// An entitlement event as read from the events topic, with its structured CloudEvents body; nil for a
+    /// record that is not one (it is skipped and counted).
+    public init?(record: KafkaConsumerMessage) {
+        guard let structured = CloudEventRecord.structured(record), let id = structured["id"]?.stringValue, let type = structured["type"]?.stringValue,
+            let time = structured["time"]?.stringValue.flatMap(Timestamp.init(rfc3339:))
+        else { return nil }
+        let data = structured["data"]?.objectValue
+        self.init(
+            id: id, type: type, subject: structured["subject"]?.stringValue ?? "", time: Date(timeIntervalSince1970: Double(time.millisecondsSince1970) / 1000),
+            bundleId: data?["bundleId"]?.stringValue, environment: data?["environment"]?.stringValue, partition: record.partition, offset: record.offset,
+            body: structured.serialized)
+    }
+}
+
+/// What the webhooks service exports. Deliveries are counted by outcome only (every endpoint together); the
+/// oldest undelivered age is per endpoint id: endpoints are registered by an operator, a handful, so the label
+/// stays bounded.
+public struct WebhooksMetrics: Sendable {
+    let registry: PrometheusCollectorRegistry
+    /// `webhooks_events_total`: events read from the topic; `webhooks_deliveries_created_total`: deliveries they made.
+    let eventsRead: Counter
+    let deliveriesCreated: Counter
+    let attemptDuration: DurationHistogram
+
+    public init(registry: PrometheusCollectorRegistry) {
+        self.registry = registry
+        eventsRead = registry.makeCounter(descriptor: .init(metricName: "webhooks_events", unitName: "total", helpText: "Entitlement events read from the events topic"))
+        deliveriesCreated = registry.makeCounter(
+            descriptor: .init(metricName: "webhooks_deliveries_created", unitName: "total", helpText: "Deliveries created (one per event and endpoint that wants it)"))
+        attemptDuration = registry.makeDurationHistogram(
+            descriptor: .init(metricName: "webhooks_attempt_duration", unitName: "seconds", helpText: "Delivery attempts from the request to the answer (or the failure)"),
+            buckets: [.milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30)])
+    }
+
+    /// `webhooks_attempts_total{outcome}`: `delivered`, `retry` (failed, another attempt scheduled), `dead`.
+    func attempt(_ outcome: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "webhooks_attempts", unitName: "total", helpText: "Delivery attempts by outcome: delivered, retry (failed, retried later), dead (schedule exhausted)"),
+            labels: [("outcome", outcome)]
+        ).increment()
+    }
+
+    /// `webhooks_oldest_undelivered_age_seconds{endpoint}`.
+    func oldestUndelivered(endpoint: String, seconds: Double) {
+        registry.makeGauge(
+            descriptor: .init(metricName: "webhooks_oldest_undelivered_age", unitName: "seconds", helpText: "Per endpoint, the age of its oldest delivery not yet delivered (0: none waits)"),
+            labels: [("endpoint", endpoint)]
+        ).record(seconds)
+    }
+}
+
+/// Reads the events topic in the `WEBHOOKS_GROUP_ID` group and turns each event into one pending delivery per
+/// enabled endpoint that wants it, then stores the offsets: an event is committed only once its deliveries are
+/// durable in PostgreSQL (a crash redelivers the batch; the deliveries' uniqueness makes that harmless).
+/// The endpoints are read for every batch, so one added now gets the events read from now on (older ones by
+/// `pipelinectl webhooks replay`).
+public struct WebhookIngester: Service {
+    let consumer: KafkaConsumer
+    let store: WebhookStore
+    let metrics: WebhooksMetrics
+    let logger: Logger
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                let batch: [KafkaConsumerMessage]
+                do {
+                    batch = try await consumer.pollBatch(maximum: 500, timeoutMilliseconds: 200)
+                } catch {
+                    logger.error("polling the events topic failed: \(error)")
+                    try? await Task.sleep(for: .seconds(1))
+                    continue
+                }
+                guard !batch.isEmpty else { continue }
+                let events = batch.compactMap(WebhookEvent.init(record:))
+                if events.count < batch.count { logger.warning("skipped records that are not entitlement events", metadata: ["count": "\(batch.count - events.count)"]) }
+                var backoff: Duration = .milliseconds(200)
+                while !Task.isCancelled {
+                    do {
+                        let created = try await store.enqueue(events, endpoints: try await store.endpoints())
+                        metrics.eventsRead.increment(by: Int64(batch.count))
+                        metrics.deliveriesCreated.increment(by: Int64(created))
+                        var next: [KafkaTopicPartition: Int64] = [:]
+                        for record in batch { next[KafkaTopicPartition(topic: record.topic, partition: record.partition)] = record.offset + 1 }
+                        try consumer.storeOffsets(next)
+                        break
+                    } catch {
+                        logger.warning("could not record deliveries, retrying", metadata: ["error": "\(String(reflecting: error).prefix(300))"])
+                        try? await Task.sleep(for: backoff)
+                        backoff = min(backoff * 2, .seconds(10))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Delivers due deliveries, up to `WEBHOOKS_CONCURRENCY` at a time, claiming more as each finishes: a slow or
+/// failing endpoint holds only its own slots (at most `maximumInFlightPerEndpoint` across every process), so other
+/// endpoints, and other subscriptions of the same endpoint, go on. Within one (endpoint, subscription) only the
+/// oldest pending delivery is ever claimed, so a failing one holds back that subscription's later events, in
+/// sequence order, until it is delivered or dead.
+public struct WebhookDispatcher: Service {
+    let configuration: WebhooksConfiguration
+    let store: WebhookStore
+    let sender: WebhookSender
+    let metrics: WebhooksMetrics
+    let logger: Logger
+
+    enum Finished { case attempt, tick }
+
+    public func run() async throws {
+        // Long enough for an attempt and its recording; a process killed mid-attempt leaves the delivery to others
+        // once it ends (the same id is sent again: at least once).
+        let lease = configuration.timeout * 2 + .seconds(5)
+        // Not cancelled at a graceful shutdown: the loop stops claiming at its next wake-up, and the attempts in
+        // flight (each bounded by the timeout) finish and are recorded.
+        await withTaskGroup(of: Finished.self) { group in
+            var inFlight = 0
+            var ticking = false
+            while !Task.isShuttingDownGracefully && !Task.isCancelled {
+                if inFlight < configuration.concurrency {
+                    do {
+                        let due = try await store.claimDue(
+                            limit: configuration.concurrency - inFlight, lease: lease, perEndpoint: configuration.maximumInFlightPerEndpoint)
+                        for delivery in due {
+                            inFlight += 1
+                            group.addTask { await attempt(delivery); return .attempt }
+                        }
+                    } catch {
+                        logger.warning("could not claim deliveries", metadata: ["error": "\(String(reflecting: error).prefix(300))"])
+                    }
+                }
+                // Wake at the next finished attempt or after the poll interval, whichever is first.
+                if !ticking {
+                    ticking = true
+                    let interval = configuration.pollInterval
+                    group.addTask { try? await Task.sleep(for: interval); return .tick }
+                }
+                switch await group.next() {
+                case .attempt?: inFlight -= 1
+                case .tick?: ticking = false
+                case nil: break
+                }
+            }
+            for await _ in group {}
+        }
+        await sender.shutdown()
+    }
+
+    func attempt(_ delivery: DueDelivery) async {
+        let result = await sender.deliver(url: delivery.url, allowHTTP: delivery.allowHTTP, id: delivery.eventId, body: Array(delivery.body.utf8), secrets: delivery.secrets)
+        metrics.attemptDuration.record(.milliseconds(result.latencyMilliseconds))
+        let outcome: DeliveryOutcome
+        if result.succeeded {
+            outcome = .delivered
+            metrics.attempt("delivered")
+        } else if let delay = configuration.retryDelay(afterAttempt: delivery.attempts + 1) {
+            outcome = .retry(at: Date().addingTimeInterval(Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18))
+            metrics.attempt("retry")
+        } else {
+            outcome = .dead(disableAfter: configuration.disableAfterFailures)
+            metrics.attempt("dead")
+            logger.warning("delivery dead: the retry schedule is exhausted", metadata: ["endpoint": "\(delivery.endpointId)", "delivery": "\(delivery.id)"])
+        }
+        // Recorded even while shutting down (the attempt happened); a failure leaves the lease to expire and the
+        // delivery to be attempted again, with the same id.
+        for wait in [0, 200, 1_000] {
+            if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
+            do {
+                try await store.record(result, of: delivery, outcome: outcome)
+                return
+            } catch {
+                logger.warning("could not record a delivery attempt", metadata: ["delivery": "\(delivery.id)", "error": "\(String(reflecting: error).prefix(300))"])
+            }
+        }
+    }
+}
+
+/// Every few seconds: the oldest undelivered age per endpoint into the gauge; every hour, pruning of finished
+/// deliveries older than `WEBHOOK_DELIVERY_RETENTION`.
+public struct WebhookMaintenance: Service {
+    let configuration: WebhooksConfiguration
+    let store: WebhookStore
+    let metrics: WebhooksMetrics
+    let logger: Logger
+
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            var lastPrune = ContinuousClock.now - .seconds(3_600)
+            var known: Set<String> = []
+            while !Task.isCancelled {
+                do {
+                    let ages = try await store.oldestUndeliveredAges()
+                    for (endpoint, age) in ages { metrics.oldestUndelivered(endpoint: endpoint, seconds: age) }
+                    for gone in known.subtracting(ages.keys) { metrics.oldestUndelivered(endpoint: gone, seconds: 0) }
+                    known = Set(ages.keys)
+                    if ContinuousClock.now - lastPrune >= .seconds(3_600) {
+                        let pruned = try await store.prune(olderThan: configuration.deliveryRetention)
+                        if pruned > 0 { logger.info("pruned finished deliveries", metadata: ["count": "\(pruned)"]) }
+                        lastPrune = ContinuousClock.now
+                    }
+                } catch {
+                    logger.debug("webhook maintenance failed: \(error)")
+                }
+                try? await Task.sleep(for: .seconds(5))
+            }
+        }
+    }
+}

@@ -1,0 +1,396 @@
+import AppStoreNotifications
+import Foundation
+import Logging
+import PostgresNIO
+
+/// A registered endpoint (`webhook_endpoints`).
+public struct WebhookEndpoint: Sendable, Hashable {
+    public var id: String
+    public var url: String
+    public var description: String?
+    /// Empty: every app.
+    public var bundleIds: [String]
+    /// Nil: both environments.
+    public var environment: String?
+    /// Empty: every type.
+    public var eventTypes: [String]
+    public var allowHTTP: Bool
+    public var secret: String
+    public var previousSecret: String?
+    public var previousSecretUntil: Date?
+    public var enabled: Bool
+    public var disabledReason: String?
+    public var deadInARow: Int
+    public var createdAt: Date
+
+    public init(
+        id: String, url: String, description: String?, bundleIds: [String], environment: String?, eventTypes: [String], allowHTTP: Bool, secret: String,
+        previousSecret: String? = nil, previousSecretUntil: Date? = nil, enabled: Bool = true, disabledReason: String? = nil, deadInARow: Int = 0,
+        createdAt: Date = Date()
+    ) {
+        self.id = id
+        self.url = url
+        self.description = description
+        self.bundleIds = bundleIds
+        self.environment = environment
+        self.eventTypes = eventTypes
+        self.allowHTTP = allowHTTP
+        self.secret = secret
+        self.previousSecret = previousSecret
+        self.previousSecretUntil = previousSecretUntil
+        self.enabled = enabled
+        self.disabledReason = disabledReason
+        self.deadInARow = deadInARow
+        self.createdAt = createdAt
+    }
+
+    /// Whether the endpoint wants `event` (its filters: apps, environment, types).
+    public func wants(_ event: WebhookEvent) -> Bool {
+        (bundleIds.isEmpty || event.bundleId.map(bundleIds.contains) == true) && (environment == nil || event.environment == environment)
+            && (eventTypes.isEmpty || eventTypes.contains(event.type))
+    }
+
+    /// The secrets that sign now: the current one, and the previous one while the rotation's overlap lasts.
+    public func signingSecrets(at now: Date = Date()) -> [String] {
+        if let previousSecret, let until = previousSecretUntil, until > now { return [secret, previousSecret] }
+        return [secret]
+    }
+}
+
+/// One entitlement event as the webhooks service takes it from the events topic.
+public struct WebhookEvent: Sendable, Hashable {
+    public var id: String
+    public var type: String
+    public var subject: String
+    public var time: Date
+    public var bundleId: String?
+    public var environment: String?
+    public var partition: Int32
+    public var offset: Int64
+    /// The CloudEvents structured form (attributes and `data` in one object): what is POSTed.
+    public var body: String
+
+    public init(id: String, type: String, subject: String, time: Date, bundleId: String?, environment: String?, partition: Int32, offset: Int64, body: String) {
+        self.id = id
+        self.type = type
+        self.subject = subject
+        self.time = time
+        self.bundleId = bundleId
+        self.environment = environment
+        self.partition = partition
+        self.offset = offset
+        self.body = body
+    }
+}
+
+/// A delivery claimed for an attempt, with what is needed to send it.
+public struct DueDelivery: Sendable, Hashable {
+    public var id: Int64
+    public var endpointId: String
+    public var eventId: String
+    public var body: String
+    public var attempts: Int
+    public var url: String
+    public var allowHTTP: Bool
+    public var secrets: [String]
+}
+
+/// A row of the delivery log, for `pipelinectl webhooks deliveries`.
+public struct DeliveryLogRow: Sendable, Hashable {
+    public var id: Int64
+    public var eventId: String
+    public var eventType: String
+    public var subject: String
+    public var status: String
+    public var attempts: Int
+    public var lastStatus: Int?
+    public var lastError: String?
+    public var lastLatencyMilliseconds: Int?
+    public var responseExcerpt: String?
+    public var createdAt: Date
+    public var nextAttemptAt: Date
+}
+
+/// What to do after an attempt.
+public enum DeliveryOutcome: Sendable, Hashable {
+    case delivered
+    case retry(at: Date)
+    /// The schedule is exhausted: the delivery is kept as dead; after `disableAfter` dead ones in a row the
+    /// endpoint is disabled with a reason.
+    case dead(disableAfter: Int)
+}
+
+/// The webhooks' tables: endpoints, deliveries (one per endpoint and event, in topic order) and attempts.
+public struct WebhookStore: Sendable {
+    let client: PostgresClient
+    let logger: Logger
+
+    public init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
+
+    // MARK: - Endpoints
+
+    static let endpointColumns = """
+        id, url, description, bundle_ids, environment, event_types, allow_http, secret, previous_secret, previous_secret_until, enabled, disabled_reason,
+        dead_in_a_row, created_at
+        """
+
+    public func addEndpoint(_ endpoint: WebhookEndpoint) async throws {
+        try await client.query(
+            """
+            INSERT INTO webhook_endpoints (id, url, description, bundle_ids, environment, event_types, allow_http, secret)
+            VALUES (\(endpoint.id), \(endpoint.url), \(endpoint.description), \(endpoint.bundleIds), \(endpoint.environment), \(endpoint.eventTypes),
+                \(endpoint.allowHTTP), \(endpoint.secret))
+            """,
+            logger: logger)
+    }
+
+    public func endpoints() async throws -> [WebhookEndpoint] {
+        try await selectEndpoints(PostgresQuery(unsafeSQL: "SELECT \(Self.endpointColumns) FROM webhook_endpoints ORDER BY created_at, id"))
+    }
+
+    public func endpoint(id: String) async throws -> WebhookEndpoint? {
+        var query = PostgresQuery(unsafeSQL: "SELECT \(Self.endpointColumns) FROM webhook_endpoints WHERE id = $1")
+        query.binds.append(id)
+        return try await selectEndpoints(query).first
+    }
+
+    private func selectEndpoints(_ query: PostgresQuery) async throws -> [WebhookEndpoint] {
+        var endpoints: [WebhookEndpoint] = []
+        let rows = try await client.query(query, logger: logger)
+        for try await (id, url, description, bundleIds, environment, eventTypes, allowHTTP, secret, previous, until, enabled, reason, dead, created) in rows.decode(
+            (String, String, String?, [String], String?, [String], Bool, String, String?, Date?, Bool, String?, Int, Date).self)
+        {
+            endpoints.append(WebhookEndpoint(
+                id: id, url: url, description: description, bundleIds: bundleIds, environment: environment, eventTypes: eventTypes, allowHTTP: allowHTTP,
+                secret: secret, previousSecret: previous, previousSecretUntil: until, enabled: enabled, disabledReason: reason, deadInARow: dead,
+                createdAt: created))
+        }
+        return endpoints
+    }
+
+    /// Enables (clearing the reason and the run of dead deliveries) or disables an endpoint; false when none has `id`.
+    public func setEnabled(id: String, enabled: Bool, reason: String?) async throws -> Bool {
+        let rows = try await client.query(
+            """
+            UPDATE webhook_endpoints SET enabled = \(enabled), disabled_reason = \(enabled ? nil : reason),
+                dead_in_a_row = CASE WHEN \(enabled) THEN 0 ELSE dead_in_a_row END
+            WHERE id = \(id) RETURNING id
+            """,
+            logger: logger)
+        for try await _ in rows.decode(String.self) { return true }
+        return false
+    }
+
+    /// A new signing secret; the old one keeps signing until `overlapUntil`.
+    public func rotateSecret(id: String, newSecret: String, overlapUntil: Date) async throws -> Bool {
+        let rows = try await client.query(
+            """
+            UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = \(overlapUntil), secret = \(newSecret)
+            WHERE id = \(id) RETURNING id
+            """,
+            logger: logger)
+        for try await _ in rows.decode(String.self) { return true }
+        return false
+    }
+
+    /// Removes an endpoint with its deliveries and their attempts.
+    public func removeEndpoint(id: String) async throws -> Bool {
+        let rows = try await client.query("DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING id", logger: logger)
+        for try await _ in rows.decode(String.self) { return true }
+        return false
+    }
+
+    // MARK: - Deliveries
+
+    /// One pending delivery per enabled endpoint that wants each event; an event already taken for an endpoint
+    /// (a redelivered batch) is left as it is. Returns how many were created.
+    @discardableResult
+    public func enqueue(_ events: [WebhookEvent], endpoints: [WebhookEndpoint]) async throws -> Int {
+        var rows: [JSONValue] = []
+        for event in events {
+            for endpoint in endpoints where endpoint.enabled && endpoint.wants(event) {
+                rows.append(.object(JSONObject([
+                    "endpoint_id": .string(endpoint.id), "event_id": .string(event.id), "event_type": .string(event.type), "subject": .string(event.subject),
+                    "event_time": .number(JSONNumber(Int64(event.time.timeIntervalSince1970 * 1000))), "kafka_partition": .number(JSONNumber(Int64(event.partition))),
+                    "kafka_offset": .number(JSONNumber(event.offset)), "body": .string(event.body),
+                ])))
+            }
+        }
+        guard !rows.isEmpty else { return 0 }
+        let payload = JSONValue.array(rows).serialized
+        let inserted = try await client.query(
+            """
+            INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body)
+            SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body
+            FROM jsonb_to_recordset(\(payload)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
+                kafka_partition int, kafka_offset bigint, body text)
+            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            RETURNING id
+            """,
+            logger: logger)
+        var count = 0
+        for try await _ in inserted.decode(Int64.self) { count += 1 }
+        return count
+    }
+
+    /// Claims up to `limit` deliveries that are due, each the oldest pending delivery of its (endpoint,
+    /// subscription) by topic position, for `lease` (a process killed mid-attempt leaves it to be claimed again
+    /// once the lease ends). `SKIP LOCKED`: several webhooks processes claim disjoint deliveries. Since only a
+    /// chain's head is ever claimed, a subscription's deliveries to one endpoint are attempted one at a time, in order.
+    public func claimDue(limit: Int, lease: Duration, perEndpoint: Int) async throws -> [DueDelivery] {
+        let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
+        // Candidates: chain heads that are due, ranked per endpoint, so that with what the endpoint already has
+        // in flight (leased, any process) it never gets more than `perEndpoint`. The locking SELECT repeats the
+        // lease condition: PostgreSQL re-checks it on a row another process claimed meanwhile, and skips it.
+        let rows = try await client.query(
+            """
+            WITH candidates AS (
+                SELECT d.id, row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS rank,
+                    (SELECT count(*) FROM webhook_deliveries l
+                     WHERE l.endpoint_id = d.endpoint_id AND l.status = 'pending' AND l.leased_until > now()) AS in_flight
+                FROM webhook_deliveries d
+                JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+                WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
+                    AND NOT EXISTS (
+                        SELECT 1 FROM webhook_deliveries earlier
+                        WHERE earlier.status = 'pending' AND earlier.endpoint_id = d.endpoint_id AND earlier.subject = d.subject
+                            AND (earlier.kafka_partition, earlier.kafka_offset) < (d.kafka_partition, d.kafka_offset))
+            ), chosen AS (
+                SELECT d.id FROM webhook_deliveries d
+                WHERE d.id IN (SELECT id FROM candidates WHERE rank + in_flight <= \(perEndpoint))
+                    AND d.status = 'pending' AND (d.leased_until IS NULL OR d.leased_until < now())
+                ORDER BY d.next_attempt_at, d.id
+                LIMIT \(limit)
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE webhook_deliveries d SET leased_until = now() + make_interval(secs => \(leaseSeconds))
+            FROM chosen, webhook_endpoints e
+            WHERE d.id = chosen.id AND e.id = d.endpoint_id
+            RETURNING d.id, d.endpoint_id, d.event_id, d.body, d.attempts, e.url, e.allow_http, e.secret, e.previous_secret, e.previous_secret_until
+            """,
+            logger: logger)
+        var due: [DueDelivery] = []
+        let now = Date()
+        for try await (id, endpointId, eventId, body, attempts, url, allowHTTP, secret, previous, until) in rows.decode(
+            (Int64, String, String, String, Int, String, Bool, String, String?, Date?).self)
+        {
+            let secrets = previous.flatMap { previous in until.map { $0 > now ? [secret, previous] : [secret] } } ?? [secret]
+            due.append(DueDelivery(id: id, endpointId: endpointId, eventId: eventId, body: body, attempts: attempts, url: url, allowHTTP: allowHTTP, secrets: secrets))
+        }
+        return due
+    }
+
+    /// Records an attempt in the log and moves the delivery on; a dead delivery counts toward disabling its
+    /// endpoint, a delivered one ends the endpoint's run of dead ones.
+    public func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws {
+        let error = attempt.error.map { UntrustedText.escaped($0, limit: 300) }
+        let excerpt = attempt.responseExcerpt.map { String($0.prefix(2_000)) }
+        try await client.withTransaction(logger: logger) { connection in
+            try await connection.query(
+                """
+                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, error, response_excerpt)
+                VALUES (\(delivery.id), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt))
+                """,
+                logger: logger)
+            let status: String
+            var nextAttempt = Date()
+            switch outcome {
+            case .delivered: status = "delivered"
+            case .retry(let at): status = "pending"; nextAttempt = at
+            case .dead: status = "dead"
+            }
+            try await connection.query(
+                """
+                UPDATE webhook_deliveries SET status = \(status), attempts = attempts + 1, next_attempt_at = \(nextAttempt), leased_until = NULL,
+                    last_status = \(attempt.status), last_error = \(error), last_latency_ms = \(attempt.latencyMilliseconds), response_excerpt = \(excerpt),
+                    finished_at = CASE WHEN \(status) = 'pending' THEN NULL ELSE now() END
+                WHERE id = \(delivery.id)
+                """,
+                logger: logger)
+            switch outcome {
+            case .delivered:
+                try await connection.query("UPDATE webhook_endpoints SET dead_in_a_row = 0 WHERE id = \(delivery.endpointId) AND dead_in_a_row <> 0", logger: logger)
+            case .dead(let disableAfter):
+                let reason = "disabled after \(disableAfter) dead deliveries in a row; the last: \(attempt.status.map { "HTTP \($0)" } ?? error ?? "no answer")"
+                try await connection.query(
+                    """
+                    UPDATE webhook_endpoints SET dead_in_a_row = dead_in_a_row + 1,
+                        enabled = CASE WHEN dead_in_a_row + 1 >= \(disableAfter) THEN false ELSE enabled END,
+                        disabled_reason = CASE WHEN dead_in_a_row + 1 >= \(disableAfter) THEN \(reason) ELSE disabled_reason END
+                    WHERE id = \(delivery.endpointId)
+                    """,
+                    logger: logger)
+            case .retry:
+                break
+            }
+        }
+    }
+
+    /// Makes `events` pending again for `endpointId` (replay): the same ids, delivered again in topic order,
+    /// whatever their earlier outcome. Returns how many.
+    public func replay(_ events: [WebhookEvent], endpoint: WebhookEndpoint) async throws -> Int {
+        var count = 0
+        for event in events {
+            try await enqueue([event], endpoints: [WebhookEndpoint(
+                id: endpoint.id, url: endpoint.url, description: nil, bundleIds: [], environment: nil, eventTypes: [], allowHTTP: endpoint.allowHTTP,
+                secret: endpoint.secret)])
+            let rows = try await client.query(
+                """
+                UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(), leased_until = NULL, finished_at = NULL
+                WHERE endpoint_id = \(endpoint.id) AND event_id = \(event.id) RETURNING id
+                """,
+                logger: logger)
+            for try await _ in rows.decode(Int64.self) { count += 1 }
+        }
+        return count
+    }
+
+    /// The delivery log of an endpoint, newest first.
+    public func deliveries(endpointId: String, failedOnly: Bool, limit: Int) async throws -> [DeliveryLogRow] {
+        let rows = try await client.query(
+            """
+            SELECT id, event_id, event_type, subject, status, attempts, last_status, last_error, last_latency_ms, response_excerpt, created_at, next_attempt_at
+            FROM webhook_deliveries
+            WHERE endpoint_id = \(endpointId) AND (NOT \(failedOnly) OR status = 'dead' OR (status = 'pending' AND attempts > 0))
+            ORDER BY id DESC LIMIT \(limit)
+            """,
+            logger: logger)
+        var log: [DeliveryLogRow] = []
+        for try await (id, eventId, type, subject, status, attempts, lastStatus, lastError, latency, excerpt, created, next) in rows.decode(
+            (Int64, String, String, String, String, Int, Int?, String?, Int?, String?, Date, Date).self)
+        {
+            log.append(DeliveryLogRow(
+                id: id, eventId: eventId, eventType: type, subject: subject, status: status, attempts: attempts, lastStatus: lastStatus, lastError: lastError,
+                lastLatencyMilliseconds: latency, responseExcerpt: excerpt, createdAt: created, nextAttemptAt: next))
+        }
+        return log
+    }
+
+    /// Per enabled endpoint, the age in seconds of its oldest undelivered (pending) delivery; 0 when none.
+    public func oldestUndeliveredAges() async throws -> [String: Double] {
+        let rows = try await client.query(
+            """
+            SELECT e.id, coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8
+            FROM webhook_endpoints e LEFT JOIN webhook_deliveries d ON d.endpoint_id = e.id AND d.status = 'pending'
+            WHERE e.enabled GROUP BY e.id
+            """,
+            logger: logger)
+        var ages: [String: Double] = [:]
+        for try await (id, age) in rows.decode((String, Double).self) { ages[id] = age }
+        return ages
+    }
+
+    /// Deletes finished deliveries (and their attempts) older than `retention`. Returns how many.
+    public func prune(olderThan retention: Duration) async throws -> Int {
+        let rows = try await client.query(
+            "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < now() - make_interval(secs => \(Double(retention.components.seconds))) RETURNING id",
+            logger: logger)
+        var count = 0
+        for try await _ in rows.decode(Int64.self) { count += 1 }
+        return count
+    }
+}
+

@@ -1,0 +1,138 @@
+import AppStoreNotifications
+import EntitlementEvents
+import Foundation
+import KafkaClient
+import NotificationPipeline
+import PostgresNIO
+
+/// Everything the webhooks service (and `pipelinectl webhooks`) is configured with, from the environment.
+public struct WebhooksConfiguration: Sendable {
+    public var kafka: KafkaClientConfigurationValues
+    /// `EVENTS_TOPIC`: the entitlement events the service delivers.
+    public var eventsTopic = EventsConfiguration().topic
+    /// `WEBHOOKS_GROUP_ID`: the consumer group of every webhooks process (they share the partitions).
+    public var groupId = "webhooks"
+    /// `WEBHOOKS_OPS_HOST` / `WEBHOOKS_OPS_PORT`: `/health/live`, `/health/ready`, `/metrics`.
+    public var opsHost = "0.0.0.0"
+    public var opsPort = 8084
+    /// `WEBHOOK_TIMEOUT_MS`: a 2xx within this is a success; anything else, or nothing, a failure.
+    public var timeout: Duration = .seconds(10)
+    /// `WEBHOOKS_ALLOW_PRIVATE_TARGETS`: deliver to loopback and private addresses (local compose, tests).
+    public var allowPrivateTargets = false
+    /// `WEBHOOK_RETRY_SCHEDULE`: the delay before each retry; after the last, the delivery is dead.
+    public var retrySchedule: [Duration] = WebhooksConfiguration.defaultRetrySchedule
+    /// `WEBHOOK_DISABLE_AFTER_FAILURES`: an endpoint is disabled after this many dead deliveries in a row.
+    public var disableAfterFailures = 5
+    /// `WEBHOOK_SECRET_ROTATION_OVERLAP`: how long the old secret keeps signing after `rotate-secret`.
+    public var secretRotationOverlap: Duration = .seconds(24 * 3600)
+    /// `WEBHOOK_DELIVERY_RETENTION`: finished deliveries (and their attempts) are pruned after this.
+    public var deliveryRetention: Duration = .seconds(30 * 86_400)
+    /// `WEBHOOKS_CONCURRENCY`: deliveries in flight per process (different subscriptions or endpoints).
+    public var concurrency = 16
+    /// `WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT`: deliveries one endpoint may have in flight across every process, so a
+    /// slow endpoint cannot take every slot.
+    public var maximumInFlightPerEndpoint = 8
+    /// `WEBHOOKS_POLL_INTERVAL_MS`: how often a process looks for due deliveries when it found none.
+    public var pollInterval: Duration = .milliseconds(200)
+    /// `POSTGRES_URL`, `POSTGRES_POOL_SIZE`.
+    public var postgresURL = ""
+    public var postgresPoolSize = 8
+
+    /// 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h five times and 14 h: about three days (71.6 h) in all, like the
+    /// hosted services' schedules, each delay with ±20 % jitter.
+    public static let defaultRetrySchedule: [Duration] = ["5s", "5m", "30m", "2h", "5h", "10h", "10h", "10h", "10h", "10h", "14h"].map {
+        .milliseconds(DurationText.milliseconds($0)!)
+    }
+
+    public init(kafka: KafkaClientConfigurationValues) {
+        self.kafka = kafka
+    }
+
+    public static let environmentKeys = [
+        "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+        "WEBHOOK_RETRY_SCHEDULE", "WEBHOOK_DISABLE_AFTER_FAILURES", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_DELIVERY_RETENTION", "WEBHOOKS_CONCURRENCY", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT",
+        "WEBHOOKS_POLL_INTERVAL_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL",
+    ] + KafkaEnvironment.keys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
+        var configuration = WebhooksConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-webhooks"))
+        configuration.eventsTopic = environment.string("EVENTS_TOPIC", default: configuration.eventsTopic)
+        configuration.groupId = environment.string("WEBHOOKS_GROUP_ID", default: configuration.groupId)
+        configuration.opsHost = environment.string("WEBHOOKS_OPS_HOST", default: configuration.opsHost)
+        configuration.opsPort = try environment.int("WEBHOOKS_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.timeout = .milliseconds(try environment.int("WEBHOOK_TIMEOUT_MS", default: 10_000, range: 100...300_000))
+        configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
+        if let text = environment.optionalString("WEBHOOK_RETRY_SCHEDULE") {
+            let delays = text.split(separator: ",").map { DurationText.milliseconds($0.trimmingCharacters(in: .whitespaces)) }
+            guard !delays.isEmpty, delays.allSatisfy({ ($0 ?? 0) > 0 }) else {
+                throw ConfigurationError(variable: "WEBHOOK_RETRY_SCHEDULE", reason: "\(UntrustedText.quoted(text, limit: 200)) is not a comma-separated list of durations (5s,5m,30m,2h)")
+            }
+            configuration.retrySchedule = delays.map { .milliseconds($0!) }
+        }
+        configuration.disableAfterFailures = try environment.int("WEBHOOK_DISABLE_AFTER_FAILURES", default: configuration.disableAfterFailures, range: 1...10_000)
+        configuration.secretRotationOverlap = try duration(environment, "WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
+        configuration.deliveryRetention = try duration(environment, "WEBHOOK_DELIVERY_RETENTION", default: configuration.deliveryRetention)
+        configuration.concurrency = try environment.int("WEBHOOKS_CONCURRENCY", default: configuration.concurrency, range: 1...256)
+        configuration.maximumInFlightPerEndpoint = try environment.int(
+            "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
+        configuration.pollInterval = .milliseconds(try environment.int("WEBHOOKS_POLL_INTERVAL_MS", default: 200, range: 10...60_000))
+        configuration.postgresURL = try environment.required("POSTGRES_URL")
+        configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
+        return configuration
+    }
+
+    /// What `pipelinectl webhooks` reads (it needs no broker for most commands): the private-target rule, the
+    /// rotation overlap and the timeout, with the service's defaults.
+    public static func toolSettings(_ environment: EnvironmentReader) throws(ConfigurationError) -> WebhooksConfiguration {
+        var configuration = WebhooksConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl"))
+        configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
+        configuration.secretRotationOverlap = try duration(environment, "WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
+        configuration.timeout = .milliseconds(try environment.int("WEBHOOK_TIMEOUT_MS", default: 10_000, range: 100...300_000))
+        return configuration
+    }
+
+    static func duration(_ environment: EnvironmentReader, _ key: String, default value: Duration) throws(ConfigurationError) -> Duration {
+        guard let text = environment.optionalString(key) else { return value }
+        guard let milliseconds = DurationText.milliseconds(text) else {
+            throw ConfigurationError(variable: key, reason: "\(UntrustedText.quoted(text, limit: 40)) is not a duration (e.g. 24h, 90m, 7d)")
+        }
+        return .milliseconds(milliseconds)
+    }
+
+    /// The delay before retry number `attempt` (1-based) with ±20 % jitter, or nil when the schedule is exhausted.
+    public func retryDelay(afterAttempt attempt: Int) -> Duration? {
+        guard attempt >= 1, attempt <= retrySchedule.count else { return nil }
+        return retrySchedule[attempt - 1] * Double.random(in: 0.8...1.2)
+    }
+
+    public var consumerConfiguration: KafkaConsumerConfiguration {
+        KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
+    }
+
+    public func postgresConfiguration() throws -> PostgresClient.Configuration {
+        var configuration = try PostgresClient.Configuration(url: postgresURL)
+        configuration.options.maximumConnections = postgresPoolSize
+        return configuration
+    }
+
+    /// `webhooks --help`.
+    public static let help = """
+        webhooks: delivers entitlement events to registered HTTP endpoints (Standard Webhooks). Configured by the environment:
+          KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
+          EVENTS_TOPIC                     the events to deliver (appstore.entitlement-events.v1)
+          WEBHOOKS_GROUP_ID                the consumer group every webhooks process joins (webhooks)
+          WEBHOOKS_OPS_HOST, WEBHOOKS_OPS_PORT   /health/live, /health/ready, /metrics (0.0.0.0, 8084)
+          WEBHOOK_TIMEOUT_MS               a 2xx within this is a success (10000)
+          WEBHOOKS_ALLOW_PRIVATE_TARGETS   deliver to loopback and private addresses (false; tests and local compose only)
+          WEBHOOK_RETRY_SCHEDULE           delays before each retry (5s,5m,30m,2h,5h,10h,10h,10h,10h,10h,14h: about 3 days), ±20 % jitter
+          WEBHOOK_DISABLE_AFTER_FAILURES   dead deliveries in a row that disable an endpoint (5)
+          WEBHOOK_SECRET_ROTATION_OVERLAP  how long the old secret keeps signing after rotate-secret (24h)
+          WEBHOOK_DELIVERY_RETENTION       finished deliveries and their attempts are pruned after this (30d)
+          WEBHOOKS_CONCURRENCY             deliveries in flight per process (16)
+          WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT   deliveries one endpoint may have in flight, every process together (8)
+          WEBHOOKS_POLL_INTERVAL_MS        how often due deliveries are looked for when there were none (200)
+          POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (8)
+          LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
+        Endpoints: pipelinectl webhooks add --url U [--bundle-id B]... [--environment E] [--type T]... [--allow-http]. docs/webhooks.md.
+        """
+}
