@@ -58,3 +58,6 @@ python3 scripts/check-verify-contract.py .build/debug/pipelinectl
 
 echo "== customer API against its spec (schemathesis)"
 scripts/check-customer-api-spec.sh
+
+echo "== fuzz targets (scripts/fuzz.sh: libFuzzer + AddressSanitizer, 20 s each)"
+scripts/fuzz.sh 20

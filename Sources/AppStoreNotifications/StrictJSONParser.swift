@@ -200,7 +200,9 @@ extension StrictJSONParser {
                 guard index < bytes.count, isDigit(bytes[index]) else { throw fail("a fraction needs digits") }
                 while index < bytes.count, isDigit(bytes[index]) { index += 1 }
             }
+            var hasExponent = false
             if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                hasExponent = true
                 index += 1
                 if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
                     index += 1
@@ -208,7 +210,15 @@ extension StrictJSONParser {
                 guard index < bytes.count, isDigit(bytes[index]) else { throw fail("an exponent needs digits") }
                 while index < bytes.count, isDigit(bytes[index]) { index += 1 }
             }
-            return JSONNumber(literal: String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))
+            let literal = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+            // A number no Double can hold (1e400, four hundred digits) is refused, as Foundation's decoders refuse
+            // it: we keep literals exact, but must not accept what Apple's own JSON decoding would not (found by
+            // the fuzzer, Fuzz/StrictJSONFuzz.swift). Short literals without an exponent cannot overflow.
+            if hasExponent || index - start > 15, !(Double(literal)?.isFinite ?? false) {
+                index = start
+                throw fail("the number is out of range (beyond a 64-bit float)")
+            }
+            return JSONNumber(literal: literal)
         }
 
         func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }

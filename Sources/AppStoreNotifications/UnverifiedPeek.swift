@@ -5,17 +5,22 @@
 /// can only misplace a record that verification will reject anyway. Never use these values for trust.
 public enum UnverifiedPeek {
     /// The routing key of a notification: the `originalTransactionId` of its nested `signedTransactionInfo`,
-    /// else its `notificationUUID`, else nil.
+    /// else its `notificationUUID`, else nil. Only a plausible key counts: 1 to 128 bytes of printable ASCII
+    /// (Apple's ids are digits, its UUIDs 36 characters); attacker text of any other shape routes as no key.
     public static func partitionKey(ofNotification signedPayload: String) -> String? {
         guard let payload = payload(of: signedPayload) else { return nil }
         if let nested = payload["data"]?.objectValue?["signedTransactionInfo"]?.stringValue,
             let transaction = self.payload(of: nested),
-            let originalTransactionId = transaction["originalTransactionId"]?.stringValue, !originalTransactionId.isEmpty
+            let originalTransactionId = transaction["originalTransactionId"]?.stringValue, isPlausibleKey(originalTransactionId)
         {
             return originalTransactionId
         }
-        if let uuid = payload["notificationUUID"]?.stringValue, !uuid.isEmpty { return uuid }
+        if let uuid = payload["notificationUUID"]?.stringValue, isPlausibleKey(uuid) { return uuid }
         return nil
+    }
+
+    static func isPlausibleKey(_ text: String) -> Bool {
+        (1...128).contains(text.utf8.count) && text.utf8.allSatisfy { (0x21...0x7e).contains($0) }
     }
 
     /// The decoded JSON payload of a compact JWS, or nil if it does not decode to a strict JSON object.

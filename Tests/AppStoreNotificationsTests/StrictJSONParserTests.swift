@@ -31,6 +31,16 @@ struct StrictJSONParserTests {
         #expect(isRejected(text))
     }
 
+    @Test("refuses numbers beyond a 64-bit float, as Foundation does (a fuzzer finding); keeps long exact integers and tiny exponents")
+    func numberRange() throws {
+        for text in ["1e114444444444444444411", "1e400", "-1E+309", String(repeating: "9", count: 400)] {
+            #expect(throws: JSONParseError.self, "\(text.prefix(30))") { try StrictJSONParser().parse(Array(text.utf8)) }
+        }
+        for text in ["2000000123456789012", "1e308", "1e-400", "123456789012345678901234567890", "0.5e2"] {
+            #expect(try StrictJSONParser().parse(Array(text.utf8)) == .number(JSONNumber(literal: text)), "\(text)")
+        }
+    }
+
     @Test("rejects invalid UTF-8 and UTF-16")
     func encodings() {
         #expect((try? parser.parse([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D])) == nil)

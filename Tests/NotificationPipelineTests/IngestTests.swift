@@ -271,7 +271,7 @@ struct IngestConfigurationTests {
         }
     }
 
-    @Test("the routing key is the subscription's originalTransactionId, else the notificationUUID")
+    @Test("the routing key is the subscription's originalTransactionId, else the notificationUUID; implausible ones (control characters, over 128 bytes) are skipped")
     func routingKey() throws {
         let authority = try TestCertificateAuthority()
         let minter = NotificationMinter(chain: try authority.issueChain())
@@ -281,5 +281,13 @@ struct IngestConfigurationTests {
         payload["data"] = nil
         #expect(UnverifiedPeek.partitionKey(ofNotification: minter.chain.sign(payload)) == event.notificationUUID)
         #expect(UnverifiedPeek.partitionKey(ofNotification: "not.a.jws") == nil)
+        // Only a plausible key counts (1 to 128 bytes of printable ASCII); anything else routes as the next one.
+        var odd = event
+        odd.originalTransactionId = "12\n\u{1b}[31m34"
+        #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(odd)) == event.notificationUUID)
+        odd.originalTransactionId = String(repeating: "7", count: 129)
+        #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(odd)) == event.notificationUUID)
+        odd.notificationUUID = String(repeating: "u", count: 200)
+        #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(odd)) == nil)
     }
 }
