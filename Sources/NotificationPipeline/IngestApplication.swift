@@ -142,6 +142,17 @@ struct NotificationIngestHandler: Sendable {
         let started = ContinuousClock.now
         do {
             let report = try await producer.sendAndAwait(record)
+            // An acknowledgement without an offset is the broker saying "duplicate of a send I already have":
+            // right for Kafka after an internal retry, but a broker that lost the record and kept its sequence
+            // state answers the same (tansu after kill -9, found by a chaos run). A 200 must rest on proof, so
+            // this one is refused: Apple retries, the retry is a new record, and the worker drops the duplicate.
+            guard report.offset >= 0 else {
+                logger.warning("the broker acknowledged without an offset; answering 503 so Apple retries", metadata: ["partition": "\(report.partition)"])
+                return refuse(
+                    .serviceUnavailable, code: "unprovenAck",
+                    reason: "the broker acknowledged the notification without an offset, so it is not proven stored; retry later", requestId: requestId,
+                    logger: nil, extraHeaders: [.retryAfter: String(configuration.retryAfterSeconds)])
+            }
             metrics.produceLatency.record(ContinuousClock.now - started)
             metrics.request(status: 200)
             logger.debug("accepted", metadata: ["partition": "\(report.partition)", "offset": "\(report.offset)", "bytes": "\(body.count)"])
