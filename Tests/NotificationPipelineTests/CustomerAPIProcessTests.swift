@@ -286,7 +286,7 @@ struct CustomerAPIProcessTests {
         await scene.finish()
     }
 
-    @Test("no appAccountToken: the purchase is bound to the customer and Apple is told (Set App Account Token); a family-shared one is bound and Apple is not called")
+    @Test("no appAccountToken: the purchase is bound to the customer and Apple is told (Set App Account Token); a family-shared one is bound and Apple is not called; an order id is looked up at Apple; a one-time purchase")
     func untokenedPurchases() async throws {
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
         try await scene.startAPI()
@@ -303,6 +303,15 @@ struct CustomerAPIProcessTests {
         #expect(shared.status == 200 && shared.json["purchase"]?.objectValue?["ownership"] == .string("bound"), "\(shared.json.serialized)")
         #expect(scene.scene.apple.fake.appAccountTokenCalls.count == 1, "a family-shared transaction was sent to Set App Account Token")
         #expect(try await scene.query("SELECT apple_token_status FROM customer_ownership ORDER BY original_transaction_id", as: String.self) == ["set", "family-shared"])
+
+        // Look Up Order ID (Production, with a key): Apple's signed transactions of the order, verified, answered
+        // from our rows; an order Apple does not know is 404.
+        scene.scene.apple.fake.setOrder("MQ7K2XLV9P", signedTransactions: [scene.minter.chain.sign(scene.minter.transaction(offerCode))])
+        let order = try await scene.request("GET", "/v1/apps/\(scene.bundleId)/orders/MQ7K2XLV9P", key: key)
+        let ordered = order.json["transactions"]?.arrayValue?.first?.objectValue
+        #expect(order.status == 200 && ordered?["transactionId"] == .string(offerCode.transactionId) && ordered?["customerId"] == .string(customer), "\(order.json.serialized)")
+        let unknownOrder = try await scene.request("GET", "/v1/apps/\(scene.bundleId)/orders/NOSUCHORDER", key: key)
+        #expect(unknownOrder.status == 404 && unknownOrder.json["error"]?.objectValue?["code"] == .string("not_found"), "\(unknownOrder.json.serialized)")
 
         // A one-time purchase: in the customer's oneTimePurchases, active.
         var lifetime = currentPeriod(seed: 43, token: customer)
