@@ -11,7 +11,10 @@ let package = Package(
         .library(name: "EntitlementEvents", targets: ["EntitlementEvents"]),
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),
-        .executable(name: "verify-bench", targets: ["verify-bench"]),
+        // For the benchmarks package (Benchmarks/, a path dependency on this one) and other tools.
+        .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
+        .library(name: "CustomerAPI", targets: ["CustomerAPI"]),
+        .library(name: "TestSupport", targets: ["TestSupport"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
@@ -202,26 +205,6 @@ let package = Package(
         .executableTarget(
             name: "demo-notifications",
             dependencies: ["AppStoreNotifications", "TestSupport"]
-        ),
-        .executableTarget(
-            name: "ingest-bench",
-            dependencies: ["AppStoreNotifications", "TestSupport"]
-        ),
-        .executableTarget(
-            name: "kafka-bench",
-            dependencies: ["KafkaClient", .product(name: "Logging", package: "swift-log")]
-        ),
-        .executableTarget(
-            name: "customer-api-bench",
-            dependencies: ["AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")]
-        ),
-        .executableTarget(
-            name: "worker-bench",
-            dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log")]
-        ),
-        .executableTarget(
-            name: "verify-bench",
-            dependencies: ["AppStoreNotifications", "AppStoreServerAPI", "TestSupport"]
         ),
         // MARK: - Tests
         .testTarget(

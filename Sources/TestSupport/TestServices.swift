@@ -83,6 +83,18 @@ public enum ChildProcess {
 }
 
 extension ChildProcess {
+    /// Where a benchmark finds the pipeline's release binaries (`worker`, `ingest`, `customer-api`):
+    /// `PIPELINE_BIN_DIR`, else the main package's `.build/release` seen from the repository root or from
+    /// `Benchmarks/` (the benchmarks are a package of their own and do not build the main package's executables).
+    public static func pipelineBinary(_ name: String) -> String {
+        let environment = ProcessInfo.processInfo.environment
+        let candidates = [environment["PIPELINE_BIN_DIR"], ".build/release", "../.build/release"].compactMap { $0 }
+        for directory in candidates where FileManager.default.isExecutableFile(atPath: directory + "/" + name) {
+            return URL(fileURLWithPath: directory + "/" + name).standardizedFileURL.path
+        }
+        return (environment["PIPELINE_BIN_DIR"] ?? ".build/release") + "/" + name
+    }
+
     /// VmRSS of `pid` in MB, from /proc (nil when unreadable): the benchmarks' memory figure.
     public static func residentMegabytes(pid: Int32) -> Double? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),

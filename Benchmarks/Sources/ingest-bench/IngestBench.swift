@@ -9,7 +9,7 @@ import Glibc
 /// Ingest throughput and latency next to librdkafka's raw produce rate (kcat, same broker, same 18 KB records,
 /// acks=all, idempotent) measured in the same run, and the ingest process's RSS afterwards.
 ///
-/// Usage: ingest-bench BOOTSTRAP [REQUESTS_PER_LEVEL]. Runs the `ingest` binary next to this one.
+/// Usage: ingest-bench BOOTSTRAP [REQUESTS_PER_LEVEL]. Runs the release `ingest` binary (`ChildProcess.pipelineBinary`).
 @main
 struct IngestBench {
     static func main() async throws {
@@ -20,7 +20,7 @@ struct IngestBench {
         }
         let bootstrap = arguments[1]
         let count = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
-        let binary = URL(fileURLWithPath: arguments[0]).deletingLastPathComponent().appendingPathComponent("ingest").path
+        let binary = ChildProcess.pipelineBinary("ingest")
         let port = TestServices.freePort()
         let topic = "bench-ingest-\(UUID().uuidString.prefix(8))"
 

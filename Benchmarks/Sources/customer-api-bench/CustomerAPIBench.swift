@@ -12,7 +12,7 @@ import Glibc
 #endif
 
 /// The customer API's latencies with everything it needs running on this machine: the release `worker` and
-/// `customer-api` binaries next to this one, the broker and PostgreSQL of the arguments, and a steady load of
+/// `customer-api` binaries (`ChildProcess.pipelineBinary`), the broker and PostgreSQL of the arguments, and a steady load of
 /// notifications produced beside it the whole time (what the workers also have to apply).
 ///
 /// Prints purchase → 200 latency (p50, p99: the POST until the answer that a worker applied it), then the read of
@@ -32,7 +32,6 @@ struct CustomerAPIBench {
         let purchases = arguments.count > 3 ? Int(arguments[3]) ?? 200 : 200
         let reads = arguments.count > 4 ? Int(arguments[4]) ?? 4_000 : 4_000
         let backgroundRate = arguments.count > 5 ? Int(arguments[5]) ?? 200 : 200
-        let directory = URL(fileURLWithPath: arguments[0]).deletingLastPathComponent()
         var logger = Logger(label: "customer-api-bench")
         logger.logLevel = .critical
         let work = NSTemporaryDirectory() + "customer-api-bench-\(UUID().uuidString.prefix(8))"
@@ -60,13 +59,13 @@ struct CustomerAPIBench {
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "POSTGRES_URL": databaseURL, "APPS": "\(minter.bundleId):\(minter.appAppleId)",
             "TRUSTED_ROOTS": work + "/root.pem", "LOG_LEVEL": "error", "EVENTS_TOPIC": topic + ".events",
         ]
-        let worker = try await ChildProcess.start(binary: directory.appendingPathComponent("worker").path, environment: shared.merging([
+        let worker = try await ChildProcess.start(binary: ChildProcess.pipelineBinary("worker"), environment: shared.merging([
             "WORKER_GROUP_ID": "bench-\(topic)", "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()),
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500",
         ]) { _, new in new }, logFile: work + "/worker.log", listeningOn: nil)
         let apiPort = TestServices.freePort(), opsPort = TestServices.freePort()
         // The worker migrates at start; the API's readiness waits for the schema.
-        let api = try await ChildProcess.start(binary: directory.appendingPathComponent("customer-api").path, environment: shared.merging([
+        let api = try await ChildProcess.start(binary: ChildProcess.pipelineBinary("customer-api"), environment: shared.merging([
             "CUSTOMER_API_HOST": "127.0.0.1", "CUSTOMER_API_PORT": String(apiPort), "CUSTOMER_API_OPS_PORT": String(opsPort),
         ]) { _, new in new }, logFile: work + "/customer-api.log", listeningOn: opsPort)
         defer {

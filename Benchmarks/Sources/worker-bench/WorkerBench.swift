@@ -16,7 +16,7 @@ import Glibc
 /// filled while the bench holds the relay's election lock, then timed until every event is published).
 ///
 /// Usage: worker-bench BOOTSTRAP POSTGRES_URL [N]. Fills a fresh topic with N realistic notifications (subscription
-/// lifecycles, ≈10 % duplicates), then for each pool size starts the release `worker` binary next to this one on
+/// lifecycles, ≈10 % duplicates), then for each pool size starts the release `worker` binary (`ChildProcess.pipelineBinary`) on
 /// a fresh database and consumer group and waits until the group has committed the whole topic.
 @main
 struct WorkerBench {
@@ -29,7 +29,7 @@ struct WorkerBench {
         let bootstrap = arguments[1]
         let postgresURL = arguments[2]
         let total = arguments.count > 3 ? Int(arguments[3]) ?? 100_000 : 100_000
-        let binary = URL(fileURLWithPath: arguments[0]).deletingLastPathComponent().appendingPathComponent("worker").path
+        let binary = ChildProcess.pipelineBinary("worker")
         let logger = {
             var logger = Logger(label: "worker-bench")
             logger.logLevel = .critical
