@@ -60,23 +60,36 @@ extension EntitlementStore {
         """
 
     /// Every subscription of `customerId` in `bundleId` (and the family-shared ones linked to them), newest first.
+    /// Candidates come from indexes only (`customer_ownership` by customer, `entitlements` by lower-case token),
+    /// then the owner rule is applied to them: no scan of the table, whatever its size (0.9 ms against 12.9 ms for
+    /// the coalesce over every row, measured on 7 320 rows; docs/customer-api.md).
     public func customerSubscriptions(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerSubscriptionRow] {
         try await selectSubscriptions(
             """
-            WITH owned AS (
-                SELECT e.environment, e.original_transaction_id, e.app_transaction_id FROM entitlements e
-                LEFT JOIN customer_ownership o USING (environment, bundle_id, original_transaction_id)
-                WHERE e.bundle_id = \(bundleId) AND coalesce(o.customer_id, lower(e.app_account_token)) = \(customerId)
+            WITH candidates AS (
+                SELECT o.environment, o.original_transaction_id FROM customer_ownership o WHERE o.bundle_id = \(bundleId) AND o.customer_id = \(customerId)
                 UNION
-                SELECT o.environment, o.original_transaction_id, NULL FROM customer_ownership o
-                WHERE o.bundle_id = \(bundleId) AND o.customer_id = \(customerId)
+                SELECT e.environment, e.original_transaction_id FROM entitlements e
+                WHERE e.bundle_id = \(bundleId) AND lower(e.app_account_token) = \(customerId) AND e.app_account_token IS NOT NULL
+            ), owned AS (
+                SELECT e.environment, e.original_transaction_id, e.app_transaction_id FROM candidates k
+                JOIN entitlements e ON e.environment = k.environment AND e.bundle_id = \(bundleId) AND e.original_transaction_id = k.original_transaction_id
+                LEFT JOIN customer_ownership o
+                    ON o.environment = k.environment AND o.bundle_id = \(bundleId) AND o.original_transaction_id = k.original_transaction_id
+                WHERE coalesce(o.customer_id, lower(e.app_account_token)) = \(customerId)
+            ), family AS (
+                SELECT e.environment, e.original_transaction_id FROM entitlements e
+                LEFT JOIN customer_ownership o
+                    ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
+                WHERE e.app_transaction_id IN (SELECT app_transaction_id FROM owned WHERE app_transaction_id IS NOT NULL)
+                    AND e.bundle_id = \(bundleId) AND e.app_account_token IS NULL AND o.customer_id IS NULL
+            ), wanted AS (
+                SELECT environment, original_transaction_id FROM owned UNION SELECT environment, original_transaction_id FROM family
             )
-            SELECT \(unescaped: Self.subscriptionColumns) FROM entitlements_now e
-            LEFT JOIN customer_ownership o USING (environment, bundle_id, original_transaction_id)
-            WHERE e.bundle_id = \(bundleId) AND (\(environment)::text IS NULL OR e.environment = \(environment)::text)
-                AND ((e.environment, e.original_transaction_id) IN (SELECT environment, original_transaction_id FROM owned)
-                    OR (o.customer_id IS NULL AND e.app_account_token IS NULL AND e.app_transaction_id IN (
-                        SELECT app_transaction_id FROM owned WHERE app_transaction_id IS NOT NULL)))
+            SELECT \(unescaped: Self.subscriptionColumns) FROM wanted w
+            JOIN entitlements_now e ON e.environment = w.environment AND e.bundle_id = \(bundleId) AND e.original_transaction_id = w.original_transaction_id
+            LEFT JOIN customer_ownership o ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
+            WHERE (\(environment)::text IS NULL OR e.environment = \(environment)::text)
             ORDER BY e.last_signed_date DESC, e.original_transaction_id
             """)
     }
@@ -120,10 +133,19 @@ extension EntitlementStore {
     public func customerOneTimePurchases(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerTransactionRow] {
         try await selectTransactions(
             """
-            SELECT \(unescaped: Self.transactionColumns) FROM transactions t
+            WITH candidates AS (
+                SELECT t.transaction_id FROM transactions t
+                WHERE t.bundle_id = \(bundleId) AND lower(t.app_account_token) = \(customerId) AND t.app_account_token IS NOT NULL
+                UNION
+                SELECT t.transaction_id FROM customer_ownership o
+                JOIN transactions t ON t.original_transaction_id = o.original_transaction_id AND t.environment = o.environment AND t.bundle_id = o.bundle_id
+                WHERE o.bundle_id = \(bundleId) AND o.customer_id = \(customerId)
+            )
+            SELECT \(unescaped: Self.transactionColumns) FROM candidates k
+            JOIN transactions t ON t.transaction_id = k.transaction_id
             LEFT JOIN customer_ownership o USING (environment, bundle_id, original_transaction_id)
             LEFT JOIN entitlements e USING (environment, bundle_id, original_transaction_id)
-            WHERE t.bundle_id = \(bundleId) AND t.type IS DISTINCT FROM 'Auto-Renewable Subscription'
+            WHERE t.type IS DISTINCT FROM 'Auto-Renewable Subscription'
                 AND (\(environment)::text IS NULL OR t.environment = \(environment)::text)
                 AND coalesce(o.customer_id, lower(t.app_account_token)) = \(customerId)
             ORDER BY t.purchase_date DESC NULLS LAST, t.transaction_id

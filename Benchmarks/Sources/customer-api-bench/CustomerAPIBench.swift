@@ -130,14 +130,17 @@ struct CustomerAPIBench {
         let path = "/v1/apps/\(minter.bundleId)/customers/\(customer)"
         let check = try await connection.send(method: "GET", path: path, headers: headers)
         let owned = (try? StrictJSONParser().parseObject(check.body))?["subscriptions"]?.arrayValue?.count ?? 0
-        for (label, port, route, requestHeaders) in [("GET /health/live (reference)", opsPort, "/health/live", [String: String]()), ("GET customer (20 subscriptions)", apiPort, path, headers)] {
+        for (label, port, route, requestHeaders, connections) in [
+            ("GET /health/live (reference), 8 conn.", opsPort, "/health/live", [String: String](), 8), ("GET customer (20 subs), 1 connection", apiPort, path, headers, 1),
+            ("GET customer (20 subs), 8 connections", apiPort, path, headers, 8),
+        ] {
             let started = ContinuousClock.now
             let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
-                for _ in 0..<8 {
+                for _ in 0..<connections {
                     group.addTask {
                         let reader = HTTPTestConnection(port: port)
                         var samples: [Double] = []
-                        for _ in 0..<(reads / 8) {
+                        for _ in 0..<(reads / connections) {
                             let begin = ContinuousClock.now
                             let response = try await reader.send(method: "GET", path: route, headers: requestHeaders)
                             guard response.status == 200 else { throw HTTPTestConnection.Failure(description: "\(route) answered \(response.status)") }
@@ -151,7 +154,7 @@ struct CustomerAPIBench {
                 return all
             }
             let elapsed = milliseconds(ContinuousClock.now - started) / 1000
-            print("\(label.padding(toLength: 32, withPad: " ", startingAt: 0)) p50 \(format(percentile(latencies, 0.5))) ms, p99 \(format(percentile(latencies, 0.99))) ms, \(Int(Double(latencies.count) / elapsed)) reads/s")
+            print("\(label.padding(toLength: 40, withPad: " ", startingAt: 0)) p50 \(format(percentile(latencies, 0.5))) ms, p99 \(format(percentile(latencies, 0.99))) ms, \(Int(Double(latencies.count) / elapsed)) reads/s")
         }
         print("the customer read owns \(owned) subscriptions (target p99 < 5 ms); customer-api RSS \(format(ChildProcess.residentMegabytes(pid: api.processIdentifier) ?? 0)) MB")
     }
