@@ -1,0 +1,55 @@
+import Foundation
+import Logging
+import Metrics
+import Prometheus
+import ServiceLifecycle
+
+/// How our long-running executables start, the same for each (worker, customer-api, webhooks): `--help` prints
+/// the settings, logging goes to stderr at `LOG_LEVEL`, metrics to a Prometheus registry, configuration is read
+/// and the services built (a failure exits 2 with the reason, naming the variable), then one ServiceGroup runs
+/// them with SIGTERM and SIGINT graceful; a service that fails exits 1, so the orchestrator replaces the process.
+public enum ServiceProcess {
+    /// What `build` returns: the services in start order, and what the start log line says.
+    public struct Built {
+        public var services: [any Service]
+        public var metadata: Logger.Metadata
+
+        public init(services: [any Service], metadata: Logger.Metadata) {
+            self.services = services
+            self.metadata = metadata
+        }
+    }
+
+    /// On the main actor, as the executables' top-level code is: `build` is written there and runs there.
+    @MainActor
+    public static func run(
+        name: String, help: String? = nil, build: (_ logger: Logger, _ registry: PrometheusCollectorRegistry) throws -> Built
+    ) async -> Never {
+        if let help, CommandLine.arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print(help)
+            exit(0)
+        }
+        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        var logger = Logger(label: "appstore-\(name)")
+        logger.logLevel = Logger.Level(rawValue: EnvironmentReader().string("LOG_LEVEL", default: "info")) ?? .info
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let built: Built
+        do {
+            built = try build(logger, registry)
+        } catch {
+            logger.critical("\(error)")
+            exit(2)
+        }
+        logger.info("\(name) starting", metadata: built.metadata)
+        let group = ServiceGroup(
+            configuration: .init(services: built.services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            logger.critical("\(name) stopped: \(error)")
+            exit(1)
+        }
+        exit(0)
+    }
+}
