@@ -70,12 +70,14 @@ public struct WebhookIngester: Service {
     let logger: Logger
 
     public func run() async throws {
-        await cancelWhenGracefulShutdown {
+        try await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 let batch: [KafkaConsumerMessage]
                 do {
                     batch = try await consumer.pollBatch(maximum: 500, timeoutMilliseconds: 200)
                 } catch {
+                    // A fatal consumer error (fenced, …) ends the process, so the orchestrator replaces it.
+                    if let error = error as? KafkaError, error.isFatal { throw error }
                     logger.error("polling the events topic failed: \(error)")
                     try? await Task.sleep(for: .seconds(1))
                     continue
