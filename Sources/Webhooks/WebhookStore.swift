@@ -287,7 +287,7 @@ public struct WebhookStore: Sendable {
     /// endpoint, a delivered one ends the endpoint's run of dead ones.
     public func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws {
         let error = attempt.error.map { UntrustedText.escaped($0, limit: 300) }
-        let excerpt = attempt.responseExcerpt.map { String($0.prefix(2_000)) }
+        let excerpt = attempt.responseExcerpt.map { UntrustedText.escaped($0, limit: 2_000) }
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query(
                 """
