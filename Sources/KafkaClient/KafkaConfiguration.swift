@@ -107,11 +107,11 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var maximumPrefetchKilobytes: Int = 16 * 1024
     /// `group.instance.id` for static membership (a restart within the session timeout keeps its partitions).
     public var groupInstanceId: String?
-    /// `fetch.wait.max.ms`: how long the broker may hold a fetch that found nothing new. Apache Kafka answers as
-    /// soon as a record arrives, so this only paces idle fetches there; some Kafka-protocol brokers (tansu) hold
-    /// the fetch the whole time, and librdkafka's 500 ms then became the latency of a quiet stream (a customer API
-    /// purchase waited 265 ms at p50 for its worker; 18 ms with 20 ms here). 50 ms: at most 20 idle fetches a second.
-    public var fetchWaitMaxMilliseconds: Int = 50
+    /// `fetch.wait.max.ms`: how long the broker may hold a fetch that found nothing new (nil: librdkafka's 500).
+    /// Apache Kafka answers as soon as a record arrives, so this only paces idle fetches there; some Kafka-protocol
+    /// brokers (tansu) hold the fetch the whole time, and 500 ms then becomes the latency of a quiet stream. The
+    /// worker sets it (`WorkerConfiguration.consumerConfiguration`); other consumers keep librdkafka's default.
+    public var fetchWaitMaxMilliseconds: Int?
 
     public init(client: KafkaClientConfiguration, groupId: String) {
         self.client = client
@@ -131,7 +131,7 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
         properties["partition.assignment.strategy"] = partitionAssignmentStrategy
         properties["enable.partition.eof"] = "false"
         properties["queued.max.messages.kbytes"] = String(maximumPrefetchKilobytes)
-        properties["fetch.wait.max.ms"] = String(fetchWaitMaxMilliseconds)
+        if let fetchWaitMaxMilliseconds { properties["fetch.wait.max.ms"] = String(fetchWaitMaxMilliseconds) }
         if let groupInstanceId { properties["group.instance.id"] = groupInstanceId }
         return properties.merging(client.additionalConfig) { _, additional in additional }
     }

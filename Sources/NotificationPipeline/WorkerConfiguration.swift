@@ -161,7 +161,12 @@ public struct WorkerConfiguration: Sendable {
 
     /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
     public var consumerConfiguration: KafkaConsumerConfiguration {
-        KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
+        var configuration = KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
+        // A quiet stream's record (a customer API purchase waiting for its worker) must not wait for librdkafka's
+        // 500 ms on brokers that hold an empty fetch that long: 265 ms → 29 ms at p50 on the bundled one. At most
+        // 20 idle fetches a second; Apache Kafka answers at once anyway. KAFKA_CONFIG_FETCH_WAIT_MAX_MS overrides it.
+        configuration.fetchWaitMaxMilliseconds = 50
+        return configuration
     }
 
     /// The events relay's producer: idempotent, `acks=all`, and gapless (a failure that could leave a gap in a
