@@ -25,6 +25,10 @@ final class CustomerAPIScene: @unchecked Sendable {
 
     init(bootstrap: String, postgresURL: String) async throws {
         scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        // The worker's migration may still run when its ops port listens: migrate (under the same advisory lock)
+        // before the first pipelinectl call.
+        let migrated = try await scene.run(["migrate"])
+        #expect(migrated.status == 0, "\(migrated.output)")
     }
 
     /// Starts (or restarts) `customer-api` under `policy`; `withAppleKey` gives it the fake Apple's key.

@@ -24,6 +24,10 @@ final class WebhooksScene: @unchecked Sendable {
 
     init(bootstrap: String, postgresURL: String, slowSeconds: Int = 3) async throws {
         scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        // The worker migrates as it starts, but its ops port listens before that ends: without this, a pipelinectl
+        // call right away raced the migration (a fresh-clone run under load failed "the database lacks migrations").
+        let migrated = try await scene.run(["migrate"])
+        #expect(migrated.status == 0, "\(migrated.output)")
         receiver = WebhookReceiver(slowSeconds: slowSeconds)
         receiverPort = try await receiver.start()
     }
