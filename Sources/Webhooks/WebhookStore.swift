@@ -332,19 +332,20 @@ public struct WebhookStore: Sendable {
     /// Makes `events` pending again for `endpointId` (replay): the same ids, delivered again in topic order,
     /// whatever their earlier outcome. Returns how many.
     public func replay(_ events: [WebhookEvent], endpoint: WebhookEndpoint) async throws -> Int {
+        guard !events.isEmpty else { return 0 }
+        // Picked by the operator, not by the endpoint's filters: enqueue for an unfiltered copy of it, then reset all
+        // of them (the ones already delivered or dead included) in one statement.
+        var unfiltered = endpoint
+        (unfiltered.bundleIds, unfiltered.environment, unfiltered.eventTypes, unfiltered.enabled) = ([], nil, [], true)
+        try await enqueue(events, endpoints: [unfiltered])
+        let rows = try await client.query(
+            """
+            UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(), leased_until = NULL, finished_at = NULL
+            WHERE endpoint_id = \(endpoint.id) AND event_id = ANY(\(events.map(\.id))::text[]) RETURNING id
+            """,
+            logger: logger)
         var count = 0
-        for event in events {
-            try await enqueue([event], endpoints: [WebhookEndpoint(
-                id: endpoint.id, url: endpoint.url, description: nil, bundleIds: [], environment: nil, eventTypes: [], allowHTTP: endpoint.allowHTTP,
-                secret: endpoint.secret)])
-            let rows = try await client.query(
-                """
-                UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(), leased_until = NULL, finished_at = NULL
-                WHERE endpoint_id = \(endpoint.id) AND event_id = \(event.id) RETURNING id
-                """,
-                logger: logger)
-            for try await _ in rows.decode(Int64.self) { count += 1 }
-        }
+        for try await _ in rows.decode(Int64.self) { count += 1 }
         return count
     }
 

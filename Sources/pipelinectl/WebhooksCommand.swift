@@ -272,7 +272,8 @@ struct WebhooksCommand: AsyncParsableCommand {
                         "id": jsonValue(row.id), "eventId": .string(row.eventId), "type": .string(row.eventType), "subject": .string(row.subject),
                         "status": .string(row.status), "attempts": jsonValue(row.attempts), "lastStatus": jsonValue(row.lastStatus),
                         "lastError": jsonValue(row.lastError), "latencyMs": jsonValue(row.lastLatencyMilliseconds),
-                        "responseExcerpt": jsonValue(row.responseExcerpt.map { UntrustedText.escaped($0, limit: 500) }),
+                        // Stored escaped (WebhookStore.record): bounded here, not escaped a second time.
+                        "responseExcerpt": jsonValue(row.responseExcerpt.map { String($0.prefix(500)) }),
                         "createdAt": jsonValue(row.createdAt), "nextAttemptAt": jsonValue(row.nextAttemptAt),
                     ]))
                 }))
