@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
         .library(name: "CustomerAPI", targets: ["CustomerAPI"]),
         .library(name: "TestSupport", targets: ["TestSupport"]),
+        .library(name: "TestSigning", targets: ["TestSigning"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
@@ -158,11 +159,23 @@ let package = Package(
             ]
         ),
         // MARK: - Test material minted at run time
+        // The test PKI and minted notifications: the core and the crypto packages only (the fuzz targets link it).
+        .target(
+            name: "TestSigning",
+            dependencies: [
+                "AppStoreNotifications",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
+        // Fakes and clients for process tests (re-exports TestSigning).
         .target(
             name: "TestSupport",
             dependencies: [
                 "AppStoreNotifications",
                 "AppStoreServerAPI",
+                "TestSigning",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),

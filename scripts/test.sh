@@ -59,5 +59,5 @@ python3 scripts/check-verify-contract.py .build/debug/pipelinectl
 echo "== customer API against its spec (schemathesis)"
 scripts/check-customer-api-spec.sh
 
-echo "== fuzz targets (scripts/fuzz.sh: libFuzzer + AddressSanitizer, 20 s each)"
-scripts/fuzz.sh 20
+echo "== fuzz targets (scripts/fuzz.sh: six libFuzzer targets + AddressSanitizer, 10 s each)"
+scripts/fuzz.sh 10

@@ -213,7 +213,7 @@ extension StrictJSONParser {
             let literal = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
             // A number no Double can hold (1e400, four hundred digits) is refused, as Foundation's decoders refuse
             // it: we keep literals exact, but must not accept what Apple's own JSON decoding would not (found by
-            // the fuzzer, Fuzz/StrictJSONFuzz.swift). Short literals without an exponent cannot overflow.
+            // the fuzzer, Fuzz/Sources/FuzzStrictJSON). Short literals without an exponent cannot overflow.
             if hasExponent || index - start > 15, !(Double(literal)?.isFinite ?? false) {
                 index = start
                 throw fail("the number is out of range (beyond a 64-bit float)")

@@ -1,9 +1,10 @@
+import AppStoreNotifications
+import FuzzSupport
 import Foundation
 
 /// libFuzzer target: the strict JSON parser (every body ingest checks, every JWS header and payload the worker
 /// parses). Properties, beyond "no crash": what it accepts, Foundation's JSONSerialization accepts too, with the
 /// same structure; what it accepts serialises and parses back to the same value.
-@_cdecl("LLVMFuzzerTestOneInput")
 public func strictJSONFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     guard let value = try? StrictJSONParser().parse(bytes) else { return 0 }
@@ -31,4 +32,10 @@ func sameShape(_ ours: JSONValue, _ theirs: Any) -> Bool {
         guard let dictionary = theirs as? [String: Any], dictionary.count == object.members.count else { return false }
         return object.members.allSatisfy { member in dictionary[member.key].map { sameShape(member.value, $0) } ?? false }
     }
+}
+
+/// The executable's entry point (SwiftPM makes `FuzzStrictJSON_main` the process's `main`): libFuzzer's driver.
+@_cdecl("FuzzStrictJSON_main")
+func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    runLibFuzzer(argc, argv) { data, size in strictJSONFuzz(data, size) }
 }

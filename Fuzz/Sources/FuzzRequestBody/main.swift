@@ -1,8 +1,9 @@
+import AppStoreNotifications
+import FuzzSupport
 /// libFuzzer target: what ingest parses before anything is verified: the HTTP body check and the unverified
 /// routing-key peek, on attacker bytes. Properties: an accepted body's signedPayload is a compact JWS of three
 /// non-empty base64url segments within the size limit; the peeked key, when there is one, is 1 to 128 bytes of
 /// printable ASCII (it becomes a Kafka key); every refusal has a code and a reason without raw control characters.
-@_cdecl("LLVMFuzzerTestOneInput")
 public func requestBodyFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     do {
@@ -29,4 +30,10 @@ func checkKey(_ key: String?) {
 func isBase64URL(_ byte: UInt8) -> Bool {
     (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
         || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
+}
+
+/// The executable's entry point (SwiftPM makes `FuzzRequestBody_main` the process's `main`): libFuzzer's driver.
+@_cdecl("FuzzRequestBody_main")
+func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    runLibFuzzer(argc, argv) { data, size in requestBodyFuzz(data, size) }
 }

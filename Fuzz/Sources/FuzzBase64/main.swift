@@ -1,7 +1,8 @@
+import AppStoreNotifications
+import FuzzSupport
 /// libFuzzer target: strict base64 and base64url (every JWS segment, every x5c certificate). Property: what
 /// decodes re-encodes to exactly the input (the decoder accepts only the canonical encoding: no padding in
 /// base64url, canonical trailing bits), and every encoding decodes back to its bytes.
-@_cdecl("LLVMFuzzerTestOneInput")
 public func base64Fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     for alphabet in [Base64.Alphabet.url, .standard] {
@@ -12,4 +13,10 @@ public func base64Fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
         precondition(Base64.decode(encoded, alphabet: alphabet) == bytes, "an encoding did not decode back")
     }
     return 0
+}
+
+/// The executable's entry point (SwiftPM makes `FuzzBase64_main` the process's `main`): libFuzzer's driver.
+@_cdecl("FuzzBase64_main")
+func fuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>) -> CInt {
+    runLibFuzzer(argc, argv) { data, size in base64Fuzz(data, size) }
 }
