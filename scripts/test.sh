@@ -59,5 +59,8 @@ python3 scripts/check-verify-contract.py .build/debug/pipelinectl
 echo "== customer API against its spec (schemathesis)"
 scripts/check-customer-api-spec.sh
 
+echo "== chaos, reduced (scripts/chaos.py: 2 000 notifications, every fault kind at least once; docs/chaos.md)"
+.venv/bin/python3 scripts/chaos.py --notifications 2000 --duration 45 --faults 9 --seed 7 --bin "$(swift build --show-bin-path)"
+
 echo "== fuzz targets (scripts/fuzz.sh: six libFuzzer targets + AddressSanitizer, 10 s each)"
 scripts/fuzz.sh 10

@@ -85,6 +85,7 @@ public struct OutboxRelay: Service {
         let topic = configuration.topic
         let producer = producer
         let metrics = metrics
+        let logger = logger
         return try await store.relayOutbox(limit: configuration.relayBatchSize) { events in
             let results = await producer.sendInOrderAndAwait(events.map { CloudEventRecord.message($0, topic: topic) })
             var blocked: Set<String> = []
@@ -92,6 +93,13 @@ public struct OutboxRelay: Service {
             var firstError: KafkaError?
             for (event, result) in zip(events, results) {
                 switch result {
+                case .success(let report) where report.offset < 0:
+                    // An acknowledgement without an offset ("a duplicate of a send I already have") is not proof: a
+                    // broker that lost the record but kept its sequence state answers the same (tansu after a kill -9,
+                    // found by scripts/chaos.py; ingest refuses such acks too). Sent again next round, same id.
+                    blocked.insert(event.subject)
+                    metrics.unprovenAcknowledgements.increment()
+                    logger.warning("the broker acknowledged an event without an offset; it is sent again next round", metadata: ["event": "\(event.eventId)", "partition": "\(report.partition)"])
                 case .success where !blocked.contains(event.subject):
                     published.append(event.rowId)
                 case .success:
@@ -114,6 +122,8 @@ public struct EventsMetrics: Sendable {
     public let oldestUnpublishedAge: Gauge
     /// `events_published_total`.
     public let published: Counter
+    /// `events_unproven_acknowledgements_total`: acknowledgements without an offset, whose events are sent again.
+    public let unprovenAcknowledgements: Counter
     /// `events_relay_failures_total`: relay rounds that failed (broker or database away).
     public let relayFailures: Counter
 
@@ -121,6 +131,8 @@ public struct EventsMetrics: Sendable {
         oldestUnpublishedAge = registry.makeGauge(
             descriptor: .init(metricName: "events_outbox_oldest_age", unitName: "seconds", helpText: "Age of the oldest entitlement event not yet published (0: none waits)"))
         published = registry.makeCounter(descriptor: .init(metricName: "events_published", unitName: "total", helpText: "Entitlement events published to the events topic"))
+        unprovenAcknowledgements = registry.makeCounter(descriptor: .init(
+            metricName: "events_unproven_acknowledgements", unitName: "total", helpText: "Broker acknowledgements without an offset; their events are sent again next round"))
         relayFailures = registry.makeCounter(
             descriptor: .init(metricName: "events_relay_failures", unitName: "total", helpText: "Relay rounds that failed (broker or database unreachable); retried"))
     }

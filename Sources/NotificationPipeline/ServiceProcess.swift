@@ -42,8 +42,14 @@ public enum ServiceProcess {
             exit(2)
         }
         logger.info("\(name) starting", metadata: built.metadata)
-        let group = ServiceGroup(
-            configuration: .init(services: built.services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        var configuration = ServiceGroupConfiguration(
+            services: built.services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        // A service that fails (a fatal consumer error, say) cancels the group; if cancelling the others takes longer
+        // than this, ServiceLifecycle ends the process with a fatal error instead of letting it hang. A fenced worker
+        // was once seen not to exit after its fatal error (a CI run under load; not reproduced since in 16 tries,
+        // cause not found): the orchestrator must get its non-zero exit either way.
+        configuration.maximumCancellationDuration = .seconds(25)
+        let group = ServiceGroup(configuration: configuration)
         do {
             try await group.run()
         } catch {

@@ -18,9 +18,12 @@ struct DemoNotifications {
     static func main() throws {
         let arguments = CommandLine.arguments
         guard arguments.count >= 2 else {
-            FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS [PURCHASE_JSON_OUTPUT]]\n".utf8))
+            FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS [PURCHASE_JSON_OUTPUT | --plain]]\n".utf8))
             exit(2)
         }
+        // `--plain`: only the minted lifecycles' bodies, each once, in sending order (scripts/chaos.py adds its own
+        // duplicates and forgeries, and needs to know exactly which bodies are genuine).
+        let plain = arguments.count >= 4 && arguments[3] == "--plain"
         let subscriptions = arguments.count >= 3 ? Int(arguments[2]) ?? 20 : 20
         let authority = try TestCertificateAuthority()
         let chain = try authority.issueChain()
@@ -46,6 +49,11 @@ struct DemoNotifications {
         }
         let minter = NotificationMinter(chain: chain, bundleId: app)
         let bodies = events.map { NotificationMinter.body(minter.signedNotification($0)) }
+        if plain {
+            for body in bodies { print(body) }
+            FileHandle.standardError.write(Data("plain stream: \(bodies.count) notifications of \(subscriptions) subscriptions (\(app))\n".utf8))
+            return
+        }
 
         var stream: [String] = []
         var duplicates = 0
@@ -73,7 +81,7 @@ struct DemoNotifications {
 
         // A purchase made just now, as the app's backend receives it from StoreKit (customer-api's demo), and the
         // SUBSCRIBED notification Apple sends for it a little later.
-        if arguments.count >= 4 {
+        if arguments.count >= 4, !plain {
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             let customer = "6f1c2a52-7f1e-4a43-9f6e-3b1d2e4c5a69"
             var bought = NotificationMinter.SubscriptionEvent(
