@@ -346,10 +346,16 @@ struct KafkaMockClusterTests {
         let partitions = ends.keys.sorted().map { KafkaTopicPartition(topic: topic, partition: $0) }
         #expect(try await admin.committedOffsets(group, partitions: partitions) == Dictionary(uniqueKeysWithValues: partitions.map { ($0, ends[$0.partition]!) }))
 
-        // A live member: refused (the mock cluster cannot describe groups; the only-member join tells).
+        // A live member: refused (the mock cluster cannot describe groups; the only-member join tells). Live means
+        // polling, as a worker does: the join's rebalance is served by the member's poll. A member left unpolled is
+        // evicted once the rebalance outlasts its session, and then the replay is right to proceed; a fresh-clone
+        // run under load saw exactly that, so the member polls throughout.
+        let polling = Task { while !Task.isCancelled { _ = try? await consumer.poll(timeoutMilliseconds: 100) } }
         await #expect(throws: KafkaAdminClient.GroupHasActiveMembers.self) {
             _ = try await admin.resetGroupOffsets(group, topic: topic, to: .earliest)
         }
+        polling.cancel()
+        _ = await polling.value
         await consumer.close()
 
         // Backwards to earliest: moved, and read back from the broker.
