@@ -14,10 +14,14 @@ public struct StoredNotification: Sendable {
     public var receivedAt: Timestamp?
     /// Where it came from: `ingest` (POSTed by Apple) or `history` (fetched by a backfill); the record's `source` header.
     public var source: String?
+    /// The JWS taken apart for the archive (certificate chains once, payloads as JSON text), or nil when it does not
+    /// rebuild exactly and is archived raw. Given by the worker (taken apart in its parallel verify tasks: `archived:`
+    /// `.some(nil)` means "tried, archive it raw"), else computed here.
+    public var archived: ArchivedJWS?
 
     public init(
         verified: VerifiedNotification, signedPayload: String, kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil,
-        receivedAt: Timestamp? = nil, source: String? = nil
+        receivedAt: Timestamp? = nil, source: String? = nil, archived: ArchivedJWS?? = nil
     ) {
         self.verified = verified
         self.signedPayload = signedPayload
@@ -26,6 +30,7 @@ public struct StoredNotification: Sendable {
         self.kafkaOffset = kafkaOffset
         self.receivedAt = receivedAt
         self.source = source
+        self.archived = archived ?? ArchivedJWS.decompose(signedPayload)
     }
 
     /// The dedupe key: Apple's notificationUUID (resent unchanged on retries).
@@ -197,11 +202,7 @@ public struct EntitlementStore: Sendable {
         guard !firstSeen.isEmpty else { return outcome }
 
         // 2. Archive and transactions.
-        try await connection.query(
-            Self.archiveStatement(
-                rows: JSONValue.array(firstSeen.map(Self.archiveRow)).serialized, signedPayloads: firstSeen.map(\.signedPayload),
-                payloads: firstSeen.map { JSONValue.object($0.verified.json).serialized }),
-            logger: logger)
+        try await Self.archive(firstSeen, on: connection, logger: logger)
         // A CONSUMPTION_REQUEST asks for an answer within 12 hours of its signedDate: recorded as pending here, in
         // the same transaction, so none is lost; `pipelinectl consumption` lists and answers them.
         let consumption = firstSeen.compactMap(Self.consumptionRow)
@@ -453,25 +454,76 @@ public struct EntitlementStore: Sendable {
         ]))
     }
 
-    /// The archive's large columns (the raw JWS, ~15 KB; the decoded payload) travel as arrays of their own,
-    /// zipped with the JSON rows by `ROWS FROM`: inside the JSON document they would be escaped, parsed as part
-    /// of it, and the payload parsed a second time by `jsonb_to_recordset` (that alone was a third of a batch's
-    /// time in PostgreSQL in the worker benchmark).
-    static func archiveStatement(rows: String, signedPayloads: [String], payloads: [String]) -> PostgresQuery {
+    /// Archives `records`: the header segments they reference first (once each, in digest order so that two
+    /// workers never wait on each other in opposite orders), then one row per record, taken apart (ArchivedJWS) or,
+    /// when it does not rebuild exactly, raw with its decoded payload as before.
+    static func archive(_ records: [StoredNotification], on connection: PostgresConnection, logger: Logger) async throws {
+        var headers: [[UInt8]: String] = [:]
+        for record in records { headers.merge(record.archived?.headers ?? [:]) { first, _ in first } }
+        if !headers.isEmpty {
+            let digests = headers.keys.sorted { $0.lexicographicallyPrecedes($1) }
+            try await connection.query(
+                """
+                INSERT INTO jws_headers (sha256, segment)
+                SELECT decode(d, 'hex'), s FROM unnest(\(digests.map { Hex.encode($0) })::text[], \(digests.map { headers[$0]! })::text[]) AS u(d, s)
+                ON CONFLICT (sha256) DO NOTHING
+                """,
+                logger: logger)
+        }
+        try await connection.query(
+            archiveStatement(
+                rows: JSONValue.array(records.map(archiveRow)).serialized,
+                signedPayloads: records.map { $0.archived == nil ? $0.signedPayload : "" },
+                payloads: records.map { $0.archived == nil ? JSONValue.object($0.verified.json).serialized : "" },
+                headerDigests: records.map { $0.archived.map { Hex.encode($0.outer.headerDigest) } ?? "" },
+                bodies: records.map { $0.archived?.outer.payload ?? "" },
+                signatures: records.map { $0.archived?.outer.signature ?? "" },
+                nested: records.map { record in
+                    record.archived.map { archived in
+                        JSONValue.array(archived.nested.map { part in
+                            .object(JSONObject(["h": .string(Hex.encode(part.headerDigest)), "p": .string(part.payload), "s": .string(part.signature)]))
+                        }).serialized
+                    } ?? ""
+                }),
+            logger: logger)
+    }
+
+    /// The archive's large columns (the raw JWS or the taken-apart bodies, the decoded payload) travel as arrays of
+    /// their own, zipped with the JSON rows by `ROWS FROM`: inside the JSON document they would be escaped, parsed as
+    /// part of it, and parsed a second time by `jsonb_to_recordset` (that alone was a third of a batch's time in
+    /// PostgreSQL in the worker benchmark). The nested parts of a row travel as one small JSON array. An empty
+    /// string stands for "none" (no JWS, JSON text or digest is empty).
+    static func archiveStatement(
+        rows: String, signedPayloads: [String], payloads: [String], headerDigests: [String], bodies: [String], signatures: [String],
+        nested: [String]
+    ) -> PostgresQuery {
         """
         INSERT INTO notifications (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
-            original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source)
+            original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source,
+            header_sha256, body, signature, nested_header_sha256, nested_bodies, nested_signatures)
         SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
             r.original_transaction_id, r.signed_payload, r.payload::jsonb, r.kafka_topic, r.kafka_partition, r.kafka_offset,
-            to_timestamp(r.received_at / 1000.0), r.source
+            to_timestamp(r.received_at / 1000.0), r.source,
+            decode(r.header_sha256, 'hex'), r.body::json, r.signature,
+            CASE WHEN r.nested IS NOT NULL THEN ARRAY(SELECT decode(e->>'h', 'hex') FROM jsonb_array_elements(r.nested::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i) END,
+            CASE WHEN r.nested IS NOT NULL THEN ARRAY(SELECT (e->>'p')::json FROM jsonb_array_elements(r.nested::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i) END,
+            CASE WHEN r.nested IS NOT NULL THEN ARRAY(SELECT e->>'s' FROM jsonb_array_elements(r.nested::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i) END
         FROM ROWS FROM (
             jsonb_to_recordset(\(rows)::jsonb) AS (notification_uuid text, notification_type text, subtype text, signed_date bigint,
                 environment text, bundle_id text, original_transaction_id text, kafka_topic text, kafka_partition integer,
                 kafka_offset bigint, received_at bigint, source text),
             unnest(\(signedPayloads)::text[]),
-            unnest(\(payloads)::text[])
-        ) AS r(notification_uuid, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
-            kafka_topic, kafka_partition, kafka_offset, received_at, source, signed_payload, payload)
+            unnest(\(payloads)::text[]),
+            unnest(\(headerDigests)::text[]),
+            unnest(\(bodies)::text[]),
+            unnest(\(signatures)::text[]),
+            unnest(\(nested)::text[])
+        ) AS f(notification_uuid, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
+            kafka_topic, kafka_partition, kafka_offset, received_at, source, signed_payload, payload, header_sha256, body, signature, nested),
+        LATERAL (SELECT f.notification_uuid, f.notification_type, f.subtype, f.signed_date, f.environment, f.bundle_id,
+            f.original_transaction_id, f.kafka_topic, f.kafka_partition, f.kafka_offset, f.received_at, f.source,
+            NULLIF(f.signed_payload, '') AS signed_payload, NULLIF(f.payload, '') AS payload, NULLIF(f.header_sha256, '') AS header_sha256,
+            NULLIF(f.body, '') AS body, NULLIF(f.signature, '') AS signature, NULLIF(f.nested, '') AS nested) AS r
         ON CONFLICT (notification_uuid) DO NOTHING
         """
     }

@@ -460,5 +460,83 @@ public enum Migrations {
             """,
             "CREATE INDEX webhook_attempts_by_delivery ON webhook_attempts (delivery_id, attempted_at)",
         ]),
+        // The archive taken apart (ArchivedJWS): each JWS header segment (a certificate chain, ≈5.4 KB, three per
+        // notification) stored once by its SHA-256; payloads as the JSON text they encode (`json` keeps the text
+        // byte for byte), nested JWSs as placeholders in the outer payload. Rows written before, or that do not
+        // take apart exactly, keep `signed_payload` and `payload`; `pipelinectl archive compact` moves existing
+        // rows in small transactions. Only metadata changes here: no column default, a NOT VALID check, so the
+        // table is not rewritten or scanned under a lock.
+        Migration(version: 13, name: "archive: certificate chains once, payloads as JSON text", sql: [
+            """
+            CREATE TABLE jws_headers (
+                sha256 bytea PRIMARY KEY,
+                segment text NOT NULL,
+                first_seen_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            ALTER TABLE notifications
+                ALTER COLUMN signed_payload DROP NOT NULL,
+                ALTER COLUMN payload DROP NOT NULL,
+                ADD COLUMN header_sha256 bytea,
+                ADD COLUMN body json,
+                ADD COLUMN signature text,
+                ADD COLUMN nested_header_sha256 bytea[],
+                ADD COLUMN nested_bodies json[],
+                ADD COLUMN nested_signatures text[]
+            """,
+            "ALTER TABLE notifications ADD CONSTRAINT notifications_archived CHECK (signed_payload IS NOT NULL OR body IS NOT NULL) NOT VALID",
+            """
+            DO $$
+            BEGIN
+                EXECUTE 'ALTER TABLE notifications ALTER COLUMN body SET COMPRESSION lz4, ALTER COLUMN nested_bodies SET COMPRESSION lz4';
+            EXCEPTION WHEN feature_not_supported OR syntax_error OR invalid_parameter_value THEN
+                RAISE NOTICE 'lz4 compression unavailable (%), archived bodies keep the default compression', SQLERRM;
+            END
+            $$
+            """,
+            // Canonical base64url without padding (encode() breaks lines every 76 characters: translate drops them).
+            """
+            CREATE FUNCTION jws_base64url(t text) RETURNS text IMMUTABLE STRICT LANGUAGE sql AS $$
+                SELECT rtrim(translate(encode(convert_to(t, 'UTF8'), 'base64'), E'+/\\n', '-_'), '=')
+            $$
+            """,
+            // The outer payload's exact JSON text, nested JWSs back in place (ArchivedJWS.outerPayload in SQL).
+            """
+            CREATE FUNCTION archived_payload_text(n notifications) RETURNS text STABLE LANGUAGE plpgsql AS $$
+            DECLARE
+                result text;
+            BEGIN
+                IF n.body IS NULL THEN
+                    RETURN NULL;
+                END IF;
+                result := n.body::text;
+                FOR i IN REVERSE coalesce(array_length(n.nested_bodies, 1), 0)..1 LOOP
+                    result := replace(result, '"\\u0001' || (i - 1) || '"',
+                        '"' || (SELECT segment FROM jws_headers WHERE sha256 = n.nested_header_sha256[i]) || '.'
+                            || jws_base64url(n.nested_bodies[i]::text) || '.' || n.nested_signatures[i] || '"');
+                END LOOP;
+                RETURN result;
+            END
+            $$
+            """,
+            // The exact signedPayload Apple signed, whichever way the row is stored.
+            """
+            CREATE FUNCTION archived_signed_payload(n notifications) RETURNS text STABLE LANGUAGE sql AS $$
+                SELECT coalesce(n.signed_payload,
+                    (SELECT segment FROM jws_headers WHERE sha256 = n.header_sha256) || '.' || jws_base64url(archived_payload_text(n))
+                        || '.' || n.signature)
+            $$
+            """,
+            // The archive as it read before: the raw JWS and the decoded outer payload, for any row.
+            """
+            CREATE VIEW archived_notifications AS
+            SELECT n.notification_uuid, n.notification_type, n.subtype, n.signed_date, n.environment, n.bundle_id,
+                n.original_transaction_id, archived_signed_payload(n) AS signed_payload,
+                coalesce(n.payload, archived_payload_text(n)::jsonb) AS payload,
+                n.kafka_topic, n.kafka_partition, n.kafka_offset, n.received_at, n.stored_at, n.source
+            FROM notifications n
+            """,
+        ]),
     ]
 }

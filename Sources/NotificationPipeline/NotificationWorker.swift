@@ -149,12 +149,12 @@ public final class NotificationWorker: Service, Sendable {
 
     /// One verified batch: dead letters, then the store transaction, then the offsets. Each step is retried until
     /// it is durable (or the process stops) and is never repeated once it succeeded.
-    func write(_ batch: [KafkaConsumerMessage], _ outcomes: [Result<VerifiedNotification, VerificationError>], started: ContinuousClock.Instant) async {
+    func write(_ batch: [KafkaConsumerMessage], _ outcomes: [VerifiedRecord], started: ContinuousClock.Instant) async {
         var stored: [StoredNotification] = []
         var deadLettered: [DeadLetteredRecord] = []
         var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
-        for (message, outcome) in zip(batch, outcomes) {
-            switch outcome {
+        for (message, verifiedRecord) in zip(batch, outcomes) {
+            switch verifiedRecord.outcome {
             case .success(let verified):
                 metrics.notificationType(verified.payload.notificationType)
                 for unknown in verified.unknownValues {
@@ -166,7 +166,7 @@ public final class NotificationWorker: Service, Sendable {
                         verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
                         kafkaPartition: message.partition, kafkaOffset: message.offset,
                         receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
-                        source: NotificationRecordHeader.source(of: message.headers)))
+                        source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived))
             case .failure(let error):
                 let record = DeadLetteredRecord(position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code)
                 deadLettered.append(record)
@@ -323,14 +323,25 @@ public final class NotificationWorker: Service, Sendable {
         }
     }
 
-    /// Verification of every record, in parallel; results in batch order.
-    func verify(_ batch: [KafkaConsumerMessage]) async -> [Result<VerifiedNotification, VerificationError>] {
-        await withTaskGroup(of: (Int, Result<VerifiedNotification, VerificationError>).self) { group in
+    /// A record's verification outcome and, for a verified JWS, its archive form (taken apart in the same task).
+    struct VerifiedRecord: Sendable {
+        var outcome: Result<VerifiedNotification, VerificationError>
+        var archived: ArchivedJWS?
+    }
+
+    /// Verification of every record, in parallel; results in batch order. Each task also takes the verified JWS
+    /// apart for the archive (ArchivedJWS), so that work runs on all cores, not in the batch's write.
+    func verify(_ batch: [KafkaConsumerMessage]) async -> [VerifiedRecord] {
+        await withTaskGroup(of: (Int, VerifiedRecord).self) { group in
             for (index, message) in batch.enumerated() {
                 let kind = message.headers.string(NotificationRecordHeader.recordKind)
-                group.addTask { [verifier] in (index, await Self.verify(message.value, kind: kind, with: verifier)) }
+                group.addTask { [verifier] in
+                    let outcome = await Self.verify(message.value, kind: kind, with: verifier)
+                    let archived = (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) }
+                    return (index, VerifiedRecord(outcome: outcome, archived: archived))
+                }
             }
-            var results = [Result<VerifiedNotification, VerificationError>](repeating: .failure(.malformedJWS("not verified")), count: batch.count)
+            var results = [VerifiedRecord](repeating: VerifiedRecord(outcome: .failure(.malformedJWS("not verified"))), count: batch.count)
             for await (index, result) in group { results[index] = result }
             return results
         }

@@ -14,7 +14,7 @@ struct PipelineCtl: AsyncParsableCommand {
         subcommands: [
             VerifyCommand.self, MigrateCommand.self, EntitlementsCommand.self, TopicsCommand.self, LagCommand.self, ReplayCommand.self,
             DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self, ReconcileCommand.self, ImportCommand.self,
-            ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self,
+            ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self, ArchiveCommand.self,
         ]
     )
 }
