@@ -117,7 +117,7 @@ struct WorkerBench {
         var cpuLines: [String] = []
         var oneCoreLines: [String] = []
         var bytesLine = ""
-        for (workers, events, holdRelay) in [(1, false, false), (1, true, false), (2, true, false), (1, true, true)] {
+        for (workers, events, holdRelay) in [(1, false, false), (1, true, false), (2, true, false), (4, true, false), (1, true, true)] {
             let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
             try await withPostgres(postgresURL, logger: logger) { client in
                 _ = try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
