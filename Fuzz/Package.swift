@@ -25,6 +25,7 @@ let package = Package(
         .executableTarget(name: "FuzzRequestBody", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
         .executableTarget(name: "FuzzVerifier", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
         .executableTarget(name: "FuzzAPIResponses", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
+        .executableTarget(name: "FuzzArchivedJWS", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
         .executableTarget(name: "FuzzCustomerPurchase", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
     ]
 )

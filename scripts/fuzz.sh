@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-10}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(StrictJSON Base64 RequestBody Verifier APIResponses CustomerPurchase)
+((${#targets[@]})) || targets=(StrictJSON Base64 RequestBody Verifier APIResponses CustomerPurchase ArchivedJWS)
 
 # gold crashes formatting a location while linking the sanitized binaries; lld links them.
 echo "== build the fuzz targets (Fuzz/, release, -sanitize=fuzzer,address)"

@@ -65,5 +65,5 @@ echo "== chaos, reduced (scripts/chaos.py: 2 000 notifications, every fault kind
 .venv/bin/python3 scripts/chaos.py --notifications 2000 --duration 45 --faults 9 --seed 7 --broker-losses discount \
     --bin "$(swift build --show-bin-path)"
 
-echo "== fuzz targets (scripts/fuzz.sh: six libFuzzer targets + AddressSanitizer, 10 s each)"
+echo "== fuzz targets (scripts/fuzz.sh: seven libFuzzer targets + AddressSanitizer, 10 s each)"
 scripts/fuzz.sh 10
