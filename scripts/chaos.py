@@ -581,7 +581,7 @@ def main():
         forged = [payload_of(body) for body in forged]
         if len(answered) < len({payload_of(body) for body in stream}):
             violations.append(f"{len(set(map(payload_of, stream))) - len(answered)} bodies never got a 200")
-        archived = set(chaos.postgres.sql(chaos.database, "SELECT signed_payload FROM archived_notifications").split())
+        archived = set(chaos.postgres.sql(chaos.database, "SELECT signed_payload FROM notifications").split())
         in_topic = collections.Counter(value.decode() for value, _, _, _ in read_topic(broker.bootstrap, chaos.topic))
         dead = read_topic(broker.bootstrap, chaos.dead_letter_topic)
         dead_bodies = {value.decode() for value, _, _, _ in dead}

@@ -48,7 +48,7 @@ extension EntitlementStore {
                 n.stored_at, n.source, n.signed_payload, n.payload::text, encode(n.header_sha256, 'hex'), n.body::text, n.signature,
                 (SELECT coalesce(jsonb_agg(jsonb_build_object('h', encode(h, 'hex'), 'p', b::text, 's', s) ORDER BY i), '[]')
                  FROM unnest(n.nested_header_sha256, n.nested_bodies, n.nested_signatures) WITH ORDINALITY AS x(h, b, s, i))::text
-            FROM notifications n WHERE n.notification_uuid = \(uuid)
+            FROM notification_archive n WHERE n.notification_uuid = \(uuid)
             """,
             logger: logger)
         typealias Row = (String, String, String?, Date, String, String, String?, Date, String?, String?, String?, String?, String?, String?, String)
@@ -113,7 +113,7 @@ extension EntitlementStore {
                 var raw: [(String, String)] = []
                 let rows = try await connection.query(
                     """
-                    SELECT notification_uuid, signed_payload FROM notifications
+                    SELECT notification_uuid, signed_payload FROM notification_archive
                     WHERE notification_uuid > \(cursor) AND body IS NULL AND signed_payload IS NOT NULL
                     ORDER BY notification_uuid LIMIT \(batchSize) FOR UPDATE SKIP LOCKED
                     """,
@@ -143,7 +143,7 @@ extension EntitlementStore {
                     }
                     try await connection.query(
                         """
-                        UPDATE notifications n SET signed_payload = NULL, payload = NULL, header_sha256 = decode(u.h, 'hex'), body = u.b::json,
+                        UPDATE notification_archive n SET signed_payload = NULL, payload = NULL, header_sha256 = decode(u.h, 'hex'), body = u.b::json,
                             signature = u.s,
                             nested_header_sha256 = ARRAY(SELECT decode(e->>'h', 'hex') FROM jsonb_array_elements(u.n::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i),
                             nested_bodies = ARRAY(SELECT (e->>'p')::json FROM jsonb_array_elements(u.n::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i),

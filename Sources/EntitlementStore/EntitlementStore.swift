@@ -498,7 +498,7 @@ public struct EntitlementStore: Sendable {
         nested: [String]
     ) -> PostgresQuery {
         """
-        INSERT INTO notifications (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
+        INSERT INTO notification_archive (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
             original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source,
             header_sha256, body, signature, nested_header_sha256, nested_bodies, nested_signatures)
         SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,

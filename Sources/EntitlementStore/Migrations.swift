@@ -462,10 +462,12 @@ public enum Migrations {
         ]),
         // The archive taken apart (ArchivedJWS): each JWS header segment (a certificate chain, ≈5.4 KB, three per
         // notification) stored once by its SHA-256; payloads as the JSON text they encode (`json` keeps the text
-        // byte for byte), nested JWSs as placeholders in the outer payload. Rows written before, or that do not
-        // take apart exactly, keep `signed_payload` and `payload`; `pipelinectl archive compact` moves existing
-        // rows in small transactions. Only metadata changes here: no column default, a NOT VALID check, so the
-        // table is not rewritten or scanned under a lock.
+        // byte for byte), nested JWSs as placeholders in the outer payload. The table becomes
+        // `notification_archive`; `notifications` becomes a view with the columns it always had, the exact
+        // `signed_payload` and the decoded `payload` rebuilt for every row, so what reads it keeps working. Rows
+        // written before, or that do not take apart exactly, keep `signed_payload` and `payload`; `pipelinectl
+        // archive compact` moves existing rows in small transactions. Only metadata changes here (no column
+        // default, a NOT VALID check, a rename): the table is not rewritten or scanned under a lock.
         Migration(version: 13, name: "archive: certificate chains once, payloads as JSON text", sql: [
             """
             CREATE TABLE jws_headers (
@@ -486,10 +488,11 @@ public enum Migrations {
                 ADD COLUMN nested_signatures text[]
             """,
             "ALTER TABLE notifications ADD CONSTRAINT notifications_archived CHECK (signed_payload IS NOT NULL OR body IS NOT NULL) NOT VALID",
+            "ALTER TABLE notifications RENAME TO notification_archive",
             """
             DO $$
             BEGIN
-                EXECUTE 'ALTER TABLE notifications ALTER COLUMN body SET COMPRESSION lz4, ALTER COLUMN nested_bodies SET COMPRESSION lz4';
+                EXECUTE 'ALTER TABLE notification_archive ALTER COLUMN body SET COMPRESSION lz4, ALTER COLUMN nested_bodies SET COMPRESSION lz4';
             EXCEPTION WHEN feature_not_supported OR syntax_error OR invalid_parameter_value THEN
                 RAISE NOTICE 'lz4 compression unavailable (%), archived bodies keep the default compression', SQLERRM;
             END
@@ -503,7 +506,7 @@ public enum Migrations {
             """,
             // The outer payload's exact JSON text, nested JWSs back in place (ArchivedJWS.outerPayload in SQL).
             """
-            CREATE FUNCTION archived_payload_text(n notifications) RETURNS text STABLE LANGUAGE plpgsql AS $$
+            CREATE FUNCTION archived_payload_text(n notification_archive) RETURNS text STABLE LANGUAGE plpgsql AS $$
             DECLARE
                 result text;
             BEGIN
@@ -522,20 +525,21 @@ public enum Migrations {
             """,
             // The exact signedPayload Apple signed, whichever way the row is stored.
             """
-            CREATE FUNCTION archived_signed_payload(n notifications) RETURNS text STABLE LANGUAGE sql AS $$
+            CREATE FUNCTION archived_signed_payload(n notification_archive) RETURNS text STABLE LANGUAGE sql AS $$
                 SELECT coalesce(n.signed_payload,
                     (SELECT segment FROM jws_headers WHERE sha256 = n.header_sha256) || '.' || jws_base64url(archived_payload_text(n))
                         || '.' || n.signature)
             $$
             """,
-            // The archive as it read before: the raw JWS and the decoded outer payload, for any row.
+            // The archive as it always read: the exact JWS and the decoded outer payload, for any row, in the columns
+            // (and the order) of migrations 1-12.
             """
-            CREATE VIEW archived_notifications AS
+            CREATE VIEW notifications AS
             SELECT n.notification_uuid, n.notification_type, n.subtype, n.signed_date, n.environment, n.bundle_id,
                 n.original_transaction_id, archived_signed_payload(n) AS signed_payload,
                 coalesce(n.payload, archived_payload_text(n)::jsonb) AS payload,
                 n.kafka_topic, n.kafka_partition, n.kafka_offset, n.received_at, n.stored_at, n.source
-            FROM notifications n
+            FROM notification_archive n
             """,
         ]),
     ]

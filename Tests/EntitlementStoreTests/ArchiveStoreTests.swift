@@ -9,7 +9,7 @@ import Testing
 extension EntitlementStoreTests {
     func archivedView(_ client: PostgresClient) async throws -> [String: String] {
         var rows: [String: String] = [:]
-        for try await (uuid, jws) in try await client.query("SELECT notification_uuid, signed_payload FROM archived_notifications", logger: Self.logger)
+        for try await (uuid, jws) in try await client.query("SELECT notification_uuid, signed_payload FROM notifications", logger: Self.logger)
             .decode((String, String).self)
         {
             rows[uuid] = jws
@@ -26,19 +26,19 @@ extension EntitlementStoreTests {
         try await withStore { store, client in
             _ = try await store.store(records)
             #expect(try await count("jws_headers", client) == 1, "one test chain signs every JWS: stored once")
-            #expect(try await count("notifications WHERE signed_payload IS NULL AND body IS NOT NULL", client) == 3)
+            #expect(try await count("notification_archive WHERE signed_payload IS NULL AND body IS NOT NULL", client) == 3)
             let view = try await archivedView(client)
             for record in records {
                 let row = try #require(try await store.archivedNotification(uuid: record.deduplicationKey))
                 #expect(row.compact && row.signedPayload == record.signedPayload, "Swift rebuild")
-                #expect(view[record.deduplicationKey] == record.signedPayload, "SQL rebuild (archived_notifications)")
+                #expect(view[record.deduplicationKey] == record.signedPayload, "SQL rebuild (the notifications view)")
                 // The decoded payload is the exact JSON text that was signed.
                 let segment = record.signedPayload.split(separator: ".")[1]
                 #expect(Array(row.payload.utf8) == Base64.decode(segment, alphabet: .url))
             }
             var stored = 0
             for try await bytes in try await client.query(
-                "SELECT sum(pg_column_size(n.*))::int FROM notifications n", logger: Self.logger
+                "SELECT sum(pg_column_size(n.*))::int FROM notification_archive n", logger: Self.logger
             ).decode(Int.self) { stored = bytes }
             let raw = records.reduce(0) { $0 + $1.signedPayload.utf8.count }
             #expect(stored * 3 < raw, "rows hold \(stored) bytes for \(raw) bytes of JWS")
@@ -55,16 +55,16 @@ extension EntitlementStoreTests {
             // Turn them into rows as migrations 1-12 wrote them: raw JWS and decoded payload, no parts.
             _ = try await client.query(
                 """
-                UPDATE notifications n SET signed_payload = a.signed_payload, payload = a.payload, header_sha256 = NULL, body = NULL,
+                UPDATE notification_archive n SET signed_payload = a.signed_payload, payload = a.payload, header_sha256 = NULL, body = NULL,
                     signature = NULL, nested_header_sha256 = NULL, nested_bodies = NULL, nested_signatures = NULL
-                FROM archived_notifications a WHERE a.notification_uuid = n.notification_uuid
+                FROM notifications a WHERE a.notification_uuid = n.notification_uuid
                 """, logger: Self.logger)
             _ = try await client.query("DELETE FROM jws_headers", logger: Self.logger)
             // And one row that is no JWS (a pulled status document is archived as its JSON).
             _ = try await client.query("INSERT INTO notification_ledger (notification_uuid) VALUES ('doc')", logger: Self.logger)
             _ = try await client.query(
                 """
-                INSERT INTO notifications (notification_uuid, notification_type, signed_date, environment, bundle_id, signed_payload, payload)
+                INSERT INTO notification_archive (notification_uuid, notification_type, signed_date, environment, bundle_id, signed_payload, payload)
                 VALUES ('doc', 'STATUS_SNAPSHOT', now(), 'Production', 'b', '{"data":[]}', '{"data":[]}')
                 """, logger: Self.logger)
             let before = try await archivedView(client)
@@ -75,7 +75,7 @@ extension EntitlementStoreTests {
             #expect(first.moved + first.keptRaw == 6, "two batches of three")
             let second = try await store.compactArchive(batchSize: 3)
             #expect(first.moved + second.moved == records.count && second.keptRaw == 1)
-            #expect(try await count("notifications WHERE signed_payload IS NULL", client) == records.count)
+            #expect(try await count("notification_archive WHERE signed_payload IS NULL", client) == records.count)
             #expect(try await archivedView(client) == before, "every row reads back byte for byte")
             #expect(try await store.compactArchive(batchSize: 3) == { var c = ArchiveCompaction(); c.keptRaw = 1; return c }(), "a third run moves nothing")
         }

@@ -119,7 +119,7 @@ struct WorkerVectorProcessTests {
         // entitlements exactly what the state machine makes of them.
         let rows = try await TestDatabase.with(database) { client in
             var notifications: [String: String] = [:]
-            for try await (uuid, payload) in try await client.query("SELECT notification_uuid, payload::text FROM archived_notifications", logger: ingestTestLogger).decode((String, String).self) {
+            for try await (uuid, payload) in try await client.query("SELECT notification_uuid, payload::text FROM notifications", logger: ingestTestLogger).decode((String, String).self) {
                 notifications[uuid] = payload
             }
             var transactions: [String: String] = [:]

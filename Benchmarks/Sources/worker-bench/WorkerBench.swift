@@ -248,7 +248,7 @@ struct WorkerBench {
 
     /// PostgreSQL bytes per archived notification (archive, ledger, transactions and the chain table: table, TOAST
     /// and indexes), for this schema and, in the same run, for the archive as migrations 1-12 laid it out (the raw
-    /// JWS and the decoded payload as jsonb, both lz4), rebuilt from the same rows through `archived_notifications`.
+    /// JWS and the decoded payload as jsonb, both lz4), rebuilt from the same rows through the `notifications` view.
     static func archiveBytes(_ client: PostgresClient, logger: Logger) async throws -> String {
         for statement in [
             """
@@ -263,7 +263,7 @@ struct WorkerBench {
             """
             INSERT INTO legacy_notifications SELECT notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
                 original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, stored_at, source
-            FROM archived_notifications
+            FROM notifications
             """,
             "ANALYZE",
         ] {
@@ -272,13 +272,13 @@ struct WorkerBench {
         var figures = (rows: 0, ours: 0.0, legacy: 0.0, archive: 0.0, legacyArchive: 0.0, exact: 0)
         for try await row in try await client.query(
             """
-            SELECT (SELECT count(*)::int FROM notifications),
-                (pg_total_relation_size('notifications') + pg_total_relation_size('notification_ledger') + pg_total_relation_size('transactions')
+            SELECT (SELECT count(*)::int FROM notification_archive),
+                (pg_total_relation_size('notification_archive') + pg_total_relation_size('notification_ledger') + pg_total_relation_size('transactions')
                     + pg_total_relation_size('jws_headers'))::float8,
                 (pg_total_relation_size('legacy_notifications') + pg_total_relation_size('notification_ledger') + pg_total_relation_size('transactions'))::float8,
-                (pg_total_relation_size('notifications') + pg_total_relation_size('jws_headers'))::float8,
+                (pg_total_relation_size('notification_archive') + pg_total_relation_size('jws_headers'))::float8,
                 pg_total_relation_size('legacy_notifications')::float8,
-                (SELECT count(*)::int FROM (SELECT * FROM archived_notifications ORDER BY random() LIMIT 200) a
+                (SELECT count(*)::int FROM (SELECT * FROM notifications ORDER BY random() LIMIT 200) a
                     JOIN legacy_notifications l USING (notification_uuid) WHERE a.signed_payload = l.signed_payload)
             """,
             logger: logger
