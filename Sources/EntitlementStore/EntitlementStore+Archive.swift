@@ -126,21 +126,8 @@ extension EntitlementStore {
                 }
                 batch.moved = moved.count
                 if !moved.isEmpty {
-                    var headers: [[UInt8]: String] = [:]
-                    for (_, archived) in moved { headers.merge(archived.headers) { first, _ in first } }
-                    let digests = headers.keys.sorted { $0.lexicographicallyPrecedes($1) }
-                    try await connection.query(
-                        """
-                        INSERT INTO jws_headers (sha256, segment)
-                        SELECT decode(d, 'hex'), s FROM unnest(\(digests.map { Hex.encode($0) })::text[], \(digests.map { headers[$0]! })::text[]) AS u(d, s)
-                        ON CONFLICT (sha256) DO NOTHING
-                        """,
-                        logger: logger)
-                    let nested = moved.map { _, archived in
-                        JSONValue.array(archived.nested.map { part in
-                            .object(JSONObject(["h": .string(Hex.encode(part.headerDigest)), "p": .string(part.payload), "s": .string(part.signature)]))
-                        }).serialized
-                    }
+                    try await Self.storeHeaders(of: moved.map(\.1), on: connection, logger: logger)
+                    let nested = moved.map { Self.nestedParts($0.1) }
                     try await connection.query(
                         """
                         UPDATE notification_archive n SET signed_payload = NULL, payload = NULL, header_sha256 = decode(u.h, 'hex'), body = u.b::json,

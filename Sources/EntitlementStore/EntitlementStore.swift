@@ -458,18 +458,7 @@ public struct EntitlementStore: Sendable {
     /// workers never wait on each other in opposite orders), then one row per record, taken apart (ArchivedJWS) or,
     /// when it does not rebuild exactly, raw with its decoded payload as before.
     static func archive(_ records: [StoredNotification], on connection: PostgresConnection, logger: Logger) async throws {
-        var headers: [[UInt8]: String] = [:]
-        for record in records { headers.merge(record.archived?.headers ?? [:]) { first, _ in first } }
-        if !headers.isEmpty {
-            let digests = headers.keys.sorted { $0.lexicographicallyPrecedes($1) }
-            try await connection.query(
-                """
-                INSERT INTO jws_headers (sha256, segment)
-                SELECT decode(d, 'hex'), s FROM unnest(\(digests.map { Hex.encode($0) })::text[], \(digests.map { headers[$0]! })::text[]) AS u(d, s)
-                ON CONFLICT (sha256) DO NOTHING
-                """,
-                logger: logger)
-        }
+        try await storeHeaders(of: records.compactMap(\.archived), on: connection, logger: logger)
         try await connection.query(
             archiveStatement(
                 rows: JSONValue.array(records.map(archiveRow)).serialized,
@@ -478,14 +467,31 @@ public struct EntitlementStore: Sendable {
                 headerDigests: records.map { $0.archived.map { Hex.encode($0.outer.headerDigest) } ?? "" },
                 bodies: records.map { $0.archived?.outer.payload ?? "" },
                 signatures: records.map { $0.archived?.outer.signature ?? "" },
-                nested: records.map { record in
-                    record.archived.map { archived in
-                        JSONValue.array(archived.nested.map { part in
-                            .object(JSONObject(["h": .string(Hex.encode(part.headerDigest)), "p": .string(part.payload), "s": .string(part.signature)]))
-                        }).serialized
-                    } ?? ""
-                }),
+                nested: records.map { $0.archived.map(nestedParts) ?? "" }),
             logger: logger)
+    }
+
+    /// Stores the header segments `archived` reference, once each, in digest order (so that two workers never wait
+    /// on each other in opposite orders); those already stored are left as they are.
+    static func storeHeaders(of archived: [ArchivedJWS], on connection: PostgresConnection, logger: Logger) async throws {
+        var headers: [[UInt8]: String] = [:]
+        for each in archived { headers.merge(each.headers) { first, _ in first } }
+        guard !headers.isEmpty else { return }
+        let digests = headers.keys.sorted { $0.lexicographicallyPrecedes($1) }
+        try await connection.query(
+            """
+            INSERT INTO jws_headers (sha256, segment)
+            SELECT decode(d, 'hex'), s FROM unnest(\(digests.map { Hex.encode($0) })::text[], \(digests.map { headers[$0]! })::text[]) AS u(d, s)
+            ON CONFLICT (sha256) DO NOTHING
+            """,
+            logger: logger)
+    }
+
+    /// A row's nested parts as the small JSON array the archive statements unpack (`h` digest, `p` payload, `s` signature).
+    static func nestedParts(_ archived: ArchivedJWS) -> String {
+        JSONValue.array(archived.nested.map { part in
+            .object(JSONObject(["h": .string(Hex.encode(part.headerDigest)), "p": .string(part.payload), "s": .string(part.signature)]))
+        }).serialized
     }
 
     /// The archive's large columns (the raw JWS or the taken-apart bodies, the decoded payload) travel as arrays of
