@@ -158,18 +158,24 @@ struct VerifyBench {
         return Double(count) / seconds
     }
 
-    /// `openssl speed -seconds 2 -bytes N sha256`, in bytes per second ("sha256  1760038.79k": thousands of bytes/s).
-    static func opensslSHA256BytesPerSecond(bytes: Int) -> Double? {
+    /// `openssl speed ARGUMENTS`'s standard output, or nil when openssl cannot be run.
+    static func opensslSpeed(_ arguments: [String]) -> String? {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl", "speed", "-seconds", "2", "-bytes", String(bytes), "sha256"]
+        process.arguments = ["openssl", "speed"] + arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = FileHandle.nullDevice
         guard (try? process.run()) != nil else { return nil }
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        guard let row = output.split(separator: "\n").last(where: { $0.hasPrefix("sha256") }), let last = row.split(separator: " ").last,
+        return output
+    }
+
+    /// `openssl speed -seconds 2 -bytes N sha256`, in bytes per second ("sha256  1760038.79k": thousands of bytes/s).
+    static func opensslSHA256BytesPerSecond(bytes: Int) -> Double? {
+        guard let output = opensslSpeed(["-seconds", "2", "-bytes", String(bytes), "sha256"]),
+            let row = output.split(separator: "\n").last(where: { $0.hasPrefix("sha256") }), let last = row.split(separator: " ").last,
             let value = Double(last.dropLast())
         else { return nil }
         return value * 1_000
@@ -177,17 +183,10 @@ struct VerifyBench {
 
     /// `openssl speed -seconds 3 ecdsap256`, verify/s column.
     static func opensslVerifyRate() -> Double? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["openssl", "speed", "-seconds", "3", "ecdsap256"]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return nil }
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
         // "256 bits ecdsa (nistp256)   0.0000s   0.0001s  24944.4   7760.0": the last column is verify/s.
-        guard let row = output.split(separator: "\n").last(where: { $0.contains("nistp256") }) else { return nil }
+        guard let output = opensslSpeed(["-seconds", "3", "ecdsap256"]),
+            let row = output.split(separator: "\n").last(where: { $0.contains("nistp256") })
+        else { return nil }
         return row.split(separator: " ").last.flatMap { Double($0) }
     }
 }
