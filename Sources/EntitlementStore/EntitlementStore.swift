@@ -227,6 +227,19 @@ public struct EntitlementStore: Sendable {
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
         }
+        // The grace period Apple granted a period only grows (metrics read it as part of the period's access).
+        let graces = Self.graceRows(firstSeen)
+        if !graces.isEmpty {
+            try await connection.query(
+                """
+                INSERT INTO transaction_grace (transaction_id, grace_period_expires_at)
+                SELECT r.transaction_id, to_timestamp(r.grace / 1000.0)
+                FROM jsonb_to_recordset(\(JSONValue.array(graces).serialized)::jsonb) AS r(transaction_id text, grace bigint)
+                ON CONFLICT (transaction_id) DO UPDATE SET grace_period_expires_at = GREATEST(transaction_grace.grace_period_expires_at,
+                    EXCLUDED.grace_period_expires_at)
+                """,
+                logger: logger)
+        }
 
         // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
         //    With events, each real change of a row becomes one event, numbered in its subscription's sequence.
@@ -415,6 +428,23 @@ public struct EntitlementStore: Sendable {
             }
         }
         return order.compactMap { newest[$0] }
+    }
+
+    /// The periods of `records` that Apple's renewal info puts in a grace period (its end after the period's
+    /// expiry), one row per transaction with the latest grace end (one statement may not touch a key twice).
+    static func graceRows(_ records: [StoredNotification]) -> [JSONValue] {
+        var latest: [String: Int64] = [:]
+        for record in records {
+            guard let transaction = record.verified.transactionInfo?.model, let id = transaction.transactionId,
+                let expires = transaction.expiresDate?.millisecondsSince1970,
+                let renewal = record.verified.renewalInfo?.model, renewal.originalTransactionId == transaction.originalTransactionId,
+                let grace = renewal.gracePeriodExpiresDate?.millisecondsSince1970, grace > expires
+            else { continue }
+            latest[id] = max(latest[id] ?? grace, grace)
+        }
+        return latest.sorted { String.precedesInByteOrder($0.key, $1.key) }.map { id, grace in
+            .object(JSONObject(["transaction_id": .string(id), "grace": .number(JSONNumber(grace))]))
+        }
     }
 
     // MARK: - Rows and statements

@@ -542,5 +542,6 @@ public enum Migrations {
             FROM notification_archive n
             """,
         ]),
+        metrics,
     ]
 }

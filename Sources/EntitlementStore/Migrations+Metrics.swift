@@ -1,0 +1,432 @@
+extension Migrations {
+    /// Migration 14: subscription metrics computed from our own rows, on RevenueCat's published definitions
+    /// (docs/metrics.md holds each definition and the notification types that feed it).
+    ///
+    /// Everything is derived at query time from `transactions` (one row per subscription period, newest signedDate
+    /// wins, so any delivery order ends in the same rows) plus two small tables only operators write
+    /// (`product_catalog` overrides, `exchange_rates`) and one the worker writes order-independently
+    /// (`transaction_grace`). Nothing here is maintained per notification beyond that, so a replay or a reorder
+    /// cannot make the figures drift.
+    static let metrics = Migration(version: 14, name: "subscription metrics: catalog, exchange rates, grace per period, metric functions", sql: [
+        // MARK: Tables
+        """
+        CREATE TABLE product_catalog (
+            product_id text PRIMARY KEY,
+            duration text NOT NULL CHECK (duration ~ '^P[0-9]+[DWMY]$'),
+            source text NOT NULL CHECK (source IN ('observed', 'manual')),
+            observed_periods bigint NOT NULL DEFAULT 0,
+            updated_at timestamptz NOT NULL DEFAULT now()
+        )
+        """,
+        """
+        CREATE TABLE exchange_rates (
+            currency text NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
+            reporting_currency text NOT NULL CHECK (reporting_currency ~ '^[A-Z]{3}$'),
+            rate_date date NOT NULL,
+            rate numeric NOT NULL CHECK (rate > 0),
+            loaded_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (currency, reporting_currency, rate_date)
+        )
+        """,
+        // A period's grace end, as Apple's renewal info told it while that period was in its grace period. Kept
+        // apart from `transactions` because it must only grow (GREATEST), whatever order the notifications come in.
+        """
+        CREATE TABLE transaction_grace (
+            transaction_id text PRIMARY KEY,
+            grace_period_expires_at timestamptz NOT NULL
+        )
+        """,
+        """
+        INSERT INTO transaction_grace (transaction_id, grace_period_expires_at)
+        SELECT period_transaction_id, grace_period_expires_at FROM entitlements
+        WHERE period_transaction_id IS NOT NULL AND grace_period_expires_at > expires_at
+        ON CONFLICT DO NOTHING
+        """,
+        """
+        CREATE INDEX transactions_subscription_periods ON transactions (environment, bundle_id, original_transaction_id, purchase_date)
+        WHERE type = 'Auto-Renewable Subscription'
+        """,
+        "CREATE INDEX notification_archive_by_type ON notification_archive (notification_type, environment, bundle_id, signed_date)",
+
+        // MARK: Durations and money
+        // Apple's subscription durations from a period's length. Sandbox renews on an accelerated clock (a month in
+        // five minutes), so lengths under two hours are read on Apple's sandbox table.
+        """
+        CREATE FUNCTION apple_subscription_duration(length interval) RETURNS text IMMUTABLE STRICT LANGUAGE sql AS $$
+            SELECT CASE
+                WHEN length < interval '2 hours' THEN CASE
+                    WHEN length <= interval '4 minutes' THEN 'P1W'
+                    WHEN length <= interval '7 minutes 30 seconds' THEN 'P1M'
+                    WHEN length <= interval '12 minutes 30 seconds' THEN 'P2M'
+                    WHEN length <= interval '22 minutes 30 seconds' THEN 'P3M'
+                    WHEN length <= interval '45 minutes' THEN 'P6M'
+                    ELSE 'P1Y' END
+                WHEN length <= interval '10 days' THEN 'P1W'
+                WHEN length <= interval '45 days' THEN 'P1M'
+                WHEN length <= interval '75 days' THEN 'P2M'
+                WHEN length <= interval '135 days' THEN 'P3M'
+                WHEN length <= interval '270 days' THEN 'P6M'
+                ELSE 'P1Y' END
+        $$
+        """,
+        // RevenueCat's monthly normalisation: week ×4, month ×1, two months ×1/2, quarter ×1/3, half year ×1/6,
+        // year ×1/12; any other ISO 8601 length by the same rule (n weeks ×4/n, n months ×1/n, n years ×1/12n).
+        """
+        CREATE FUNCTION subscription_monthly_factor(duration text) RETURNS numeric IMMUTABLE STRICT LANGUAGE sql AS $$
+            SELECT CASE right(duration, 1)
+                WHEN 'W' THEN 4.0 / substring(duration from 2 for length(duration) - 2)::numeric
+                WHEN 'M' THEN 1.0 / substring(duration from 2 for length(duration) - 2)::numeric
+                WHEN 'Y' THEN 1.0 / (12 * substring(duration from 2 for length(duration) - 2)::numeric)
+                WHEN 'D' THEN 30.0 / substring(duration from 2 for length(duration) - 2)::numeric
+                END
+        $$
+        """,
+        // The rate of `currency` in `reporting` at `at`: the newest rate dated on or before that day, else the
+        // oldest one after it; 1 for the reporting currency itself; null when there is none (counted as unconverted).
+        """
+        CREATE FUNCTION metric_exchange_rate(p_currency text, p_reporting text, p_at timestamptz) RETURNS numeric STABLE LANGUAGE sql AS $$
+            SELECT CASE WHEN p_currency = p_reporting THEN 1::numeric ELSE coalesce(
+                (SELECT r.rate FROM exchange_rates r WHERE r.currency = $1 AND r.reporting_currency = $2
+                    AND r.rate_date <= (p_at AT TIME ZONE 'UTC')::date ORDER BY r.rate_date DESC LIMIT 1),
+                (SELECT r.rate FROM exchange_rates r WHERE r.currency = $1 AND r.reporting_currency = $2
+                    ORDER BY r.rate_date ASC LIMIT 1)) END
+        $$
+        """,
+        // Fills the catalog from what was observed: per product, the most common duration of its regular periods
+        // (no offer, not a commitment plan's monthly installment, not ended early by an upgrade). Manual rows stay.
+        """
+        CREATE FUNCTION refresh_product_catalog() RETURNS integer VOLATILE LANGUAGE sql AS $$
+            WITH observed AS (
+                SELECT product_id, apple_subscription_duration(expires_date - purchase_date) AS duration, count(*) AS periods
+                FROM transactions
+                WHERE type = 'Auto-Renewable Subscription' AND product_id IS NOT NULL AND expires_date > purchase_date
+                    AND payload->>'offerType' IS NULL AND payload->>'billingPlanType' IS DISTINCT FROM 'MONTHLY'
+                    AND NOT coalesce((payload->>'isUpgraded')::boolean, false)
+                GROUP BY 1, 2
+            ), ranked AS (
+                SELECT product_id, duration, periods, sum(periods) OVER (PARTITION BY product_id) AS total,
+                    row_number() OVER (PARTITION BY product_id ORDER BY periods DESC, duration) AS rank
+                FROM observed
+            ), upserted AS (
+                INSERT INTO product_catalog AS c (product_id, duration, source, observed_periods, updated_at)
+                SELECT product_id, duration, 'observed', total, now() FROM ranked WHERE rank = 1
+                ON CONFLICT (product_id) DO UPDATE SET
+                    duration = CASE WHEN c.source = 'manual' THEN c.duration ELSE EXCLUDED.duration END,
+                    observed_periods = EXCLUDED.observed_periods, updated_at = now()
+                RETURNING 1
+            )
+            SELECT count(*)::integer FROM upserted
+        $$
+        """,
+
+        // MARK: Periods: the one derived column every metric reads
+        // One row per auto-renewable subscription period (transaction). `effective_end_time` is the moment the period
+        // stops granting access: its expiry, later by the grace period Apple granted it, earlier by a refund or
+        // revocation, or by the next period of the same subscription starting before it ended (an upgrade or a
+        // crossgrade). Access is `purchase_date <= t < effective_end_time`.
+        """
+        CREATE VIEW subscription_periods AS
+        SELECT p.*,
+            NOT p.is_trial AND NOT p.is_family_shared AS is_paid,
+            p.revocation_date IS NOT NULL AND NOT p.is_upgraded AND p.revocation_type IS DISTINCT FROM 'FAMILY_REVOKE' AS is_refunded,
+            CASE
+                WHEN p.billing_plan_type = 'MONTHLY' THEN 'P1M'
+                WHEN p.offer_discount_type = 'PAY_UP_FRONT' AND p.offer_period ~ '^P[0-9]+[DWMY]$' THEN p.offer_period
+                ELSE coalesce(c.duration, apple_subscription_duration(p.expires_date - p.purchase_date))
+            END AS duration,
+            coalesce(p.price / 1000.0,
+                (p.commitment_info->>'commitmentPrice')::numeric / 1000.0 / nullif((p.commitment_info->>'totalBillingPeriods')::numeric, 0))
+                * subscription_monthly_factor(CASE
+                    WHEN p.billing_plan_type = 'MONTHLY' THEN 'P1M'
+                    WHEN p.offer_discount_type = 'PAY_UP_FRONT' AND p.offer_period ~ '^P[0-9]+[DWMY]$' THEN p.offer_period
+                    ELSE coalesce(c.duration, apple_subscription_duration(p.expires_date - p.purchase_date)) END) AS monthly_price
+        FROM (
+            SELECT t.transaction_id, t.original_transaction_id, t.environment, t.bundle_id, t.product_id,
+                t.payload->>'storefront' AS storefront, t.purchase_date, t.expires_date, t.revocation_date, t.revocation_type,
+                t.price, t.currency, t.revocation_percentage, coalesce(t.ownership_type = 'FAMILY_SHARED', false) AS is_family_shared,
+                (t.payload->>'offerType')::integer AS offer_type, t.payload->>'offerDiscountType' AS offer_discount_type,
+                t.payload->>'offerPeriod' AS offer_period, t.payload->>'billingPlanType' AS billing_plan_type,
+                t.payload->'commitmentInfo' AS commitment_info,
+                coalesce((t.payload->>'isUpgraded')::boolean, false) AS is_upgraded,
+                coalesce(t.payload->>'offerDiscountType' = 'FREE_TRIAL',
+                    (t.payload->>'offerType')::integer = 1 AND coalesce(t.price, 0) = 0) AS is_trial,
+                g.grace_period_expires_at,
+                LEAST(GREATEST(t.expires_date, g.grace_period_expires_at), t.revocation_date,
+                    lead(t.purchase_date) OVER w) AS effective_end_time
+            FROM transactions t
+            LEFT JOIN transaction_grace g ON g.transaction_id = t.transaction_id
+            WHERE t.type = 'Auto-Renewable Subscription' AND t.purchase_date IS NOT NULL AND t.expires_date IS NOT NULL
+            WINDOW w AS (PARTITION BY t.environment, t.bundle_id, t.original_transaction_id ORDER BY t.purchase_date, t.transaction_id)
+        ) p
+        LEFT JOIN product_catalog c ON c.product_id = p.product_id
+        """,
+        // The paid periods (not a free trial, not family-shared) with their neighbours in the same subscription:
+        // the first paid period is a new paid subscription; a paid period that starts after the previous one's
+        // access ended (beyond the expiry leeway) is a resubscription (a billing-retry recovery after expiry is one);
+        // a paid period whose access ends with no paid period starting by then is a churn, at its effective end.
+        """
+        CREATE VIEW subscription_paid_periods AS
+        SELECT p.*,
+            lag(p.transaction_id) OVER w IS NULL AS is_first_paid,
+            lag(p.effective_end_time) OVER w AS previous_paid_end,
+            lead(p.purchase_date) OVER w AS next_paid_start,
+            lag(p.effective_end_time) OVER w + s.leeway < p.purchase_date AS is_resubscription,
+            CASE WHEN lead(p.purchase_date) OVER w IS NULL OR lead(p.purchase_date) OVER w > p.effective_end_time + s.leeway
+                THEN p.effective_end_time END AS churned_at
+        FROM subscription_periods p
+        CROSS JOIN (SELECT coalesce((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
+        WHERE p.is_paid AND p.effective_end_time > p.purchase_date
+        WINDOW w AS (PARTITION BY p.environment, p.bundle_id, p.original_transaction_id ORDER BY p.purchase_date, p.transaction_id)
+        """,
+        // Buckets of a range, in UTC, clipped to it: [bucket_start, bucket_end).
+        """
+        CREATE FUNCTION metric_buckets(p_from timestamptz, p_to timestamptz, p_bucket text)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz) STABLE LANGUAGE sql SET timezone TO 'UTC' AS $$
+            SELECT GREATEST(b, p_from), LEAST(b + ('1 ' || p_bucket)::interval, p_to)
+            FROM generate_series(date_trunc(p_bucket, p_from, 'UTC'), p_to - interval '1 microsecond', ('1 ' || p_bucket)::interval) AS b
+            WHERE p_bucket IN ('day', 'week', 'month', 'quarter', 'year') AND p_from < p_to
+        $$
+        """,
+
+        // MARK: Metrics. Each takes the range [p_from, p_to), a bucket, the environment (never mixed), and optional
+        // bundle, product and storefront filters (null: all); money ones a reporting currency.
+        """
+        CREATE FUNCTION metric_active_subscriptions(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, active_paid bigint, active_trials bigint, active_family_shared bigint)
+        STABLE LANGUAGE sql AS $$
+            SELECT b.bucket_start, b.bucket_end,
+                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_paid),
+                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_trial AND NOT p.is_family_shared),
+                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_family_shared)
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            LEFT JOIN subscription_periods p ON p.environment = p_environment
+                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                AND p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        """
+        CREATE FUNCTION metric_mrr(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL, p_currency text DEFAULT 'USD')
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, mrr numeric, arr numeric, active_paid bigint, unconverted bigint)
+        STABLE LANGUAGE sql AS $$
+            SELECT b.bucket_start, b.bucket_end, p_currency,
+                round(coalesce(sum(p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date)), 0), 2),
+                round(coalesce(sum(p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date)), 0) * 12, 2),
+                count(p.transaction_id),
+                count(p.transaction_id) FILTER (WHERE metric_exchange_rate(p.currency, p_currency, p.purchase_date) IS NULL OR p.monthly_price IS NULL)
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            LEFT JOIN subscription_periods p ON p.environment = p_environment AND p.is_paid
+                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                AND p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        """
+        CREATE FUNCTION metric_new_subscriptions(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, new_trials bigint, new_paid bigint, new_family_shared bigint)
+        STABLE LANGUAGE sql AS $$
+            SELECT b.bucket_start, b.bucket_end,
+                (SELECT count(*) FROM subscription_periods p WHERE p.environment = p_environment AND p.is_trial AND NOT p.is_family_shared
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end),
+                (SELECT count(*) FROM subscription_paid_periods p WHERE p.environment = p_environment AND p.is_first_paid
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end),
+                (SELECT count(DISTINCT p.original_transaction_id) FROM subscription_periods p WHERE p.environment = p_environment AND p.is_family_shared
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
+                    AND NOT EXISTS (SELECT 1 FROM transactions e WHERE e.environment = p.environment AND e.bundle_id = p.bundle_id
+                        AND e.original_transaction_id = p.original_transaction_id AND e.purchase_date < p.purchase_date))
+            FROM metric_buckets(p_from, p_to, p_bucket) b ORDER BY 1
+        $$
+        """,
+        // Trials by the bucket they started in: converted (a paid period followed and its first one was not
+        // refunded), pending (no paid period yet and the trial still grants access), abandoned (the rest).
+        """
+        CREATE FUNCTION metric_trial_conversion(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, trials bigint, converted bigint, pending bigint, abandoned bigint, conversion_rate numeric)
+        STABLE LANGUAGE sql AS $$
+            WITH trials AS (
+                SELECT b.bucket_start, b.bucket_end, t.transaction_id,
+                    (SELECT NOT f.is_refunded FROM subscription_periods f WHERE f.environment = t.environment AND f.bundle_id = t.bundle_id
+                        AND f.original_transaction_id = t.original_transaction_id AND f.is_paid AND f.purchase_date >= t.purchase_date
+                        ORDER BY f.purchase_date, f.transaction_id LIMIT 1) AS first_paid_kept,
+                    t.effective_end_time > now() AS running
+                FROM metric_buckets(p_from, p_to, p_bucket) b
+                JOIN subscription_periods t ON t.environment = p_environment AND t.is_trial AND NOT t.is_family_shared
+                    AND (p_bundle_id IS NULL OR t.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR t.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR t.storefront = p_storefront)
+                    AND t.purchase_date >= b.bucket_start AND t.purchase_date < b.bucket_end
+            )
+            SELECT b.bucket_start, b.bucket_end, count(t.transaction_id),
+                count(*) FILTER (WHERE t.first_paid_kept),
+                count(*) FILTER (WHERE t.first_paid_kept IS NULL AND t.running),
+                count(*) FILTER (WHERE t.first_paid_kept = false OR (t.first_paid_kept IS NULL AND NOT t.running)),
+                round(count(*) FILTER (WHERE t.first_paid_kept)::numeric / nullif(count(t.transaction_id), 0), 4)
+            FROM metric_buckets(p_from, p_to, p_bucket) b LEFT JOIN trials t USING (bucket_start, bucket_end)
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        // Churn: paid subscriptions active at the bucket's start whose paid access ended in the bucket with no paid
+        // period continuing it, over the paid subscriptions active at the start. Auto-renew off is not churn until
+        // the period ends; a billing retry without grace churns at expiry and a later recovery is a resubscription.
+        """
+        CREATE FUNCTION metric_churn(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, active_at_start bigint, churned bigint, churn_rate numeric, resubscribed bigint)
+        STABLE LANGUAGE sql AS $$
+            SELECT b.bucket_start, b.bucket_end, s.active, s.churned, round(s.churned::numeric / nullif(s.active, 0), 4), r.resubscribed
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            CROSS JOIN LATERAL (
+                SELECT count(DISTINCT p.original_transaction_id) AS active,
+                    count(DISTINCT p.original_transaction_id) FILTER (WHERE EXISTS (
+                        SELECT 1 FROM subscription_paid_periods c WHERE c.environment = p.environment AND c.bundle_id = p.bundle_id
+                            AND c.original_transaction_id = p.original_transaction_id
+                            AND c.churned_at >= b.bucket_start AND c.churned_at < b.bucket_end)) AS churned
+                FROM subscription_paid_periods p
+                WHERE p.environment = p_environment
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date < b.bucket_start AND p.effective_end_time >= b.bucket_start
+            ) s
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS resubscribed FROM subscription_paid_periods p
+                WHERE p.environment = p_environment AND p.is_resubscription
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
+            ) r
+            ORDER BY 1
+        $$
+        """,
+        // MRR movement in a bucket: new (first paid periods), resubscribed (paid periods after a gap), churned (the
+        // monthly value of the periods whose churn falls in the bucket), net.
+        """
+        CREATE FUNCTION metric_mrr_movement(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL, p_currency text DEFAULT 'USD')
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, new_mrr numeric, resubscription_mrr numeric,
+            churned_mrr numeric, net_mrr numeric, unconverted bigint)
+        STABLE LANGUAGE sql AS $$
+            WITH moves AS (
+                SELECT b.bucket_start, b.bucket_end,
+                    CASE WHEN p.is_first_paid AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end THEN 'new'
+                        WHEN p.is_resubscription AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end THEN 'resubscription' END AS started,
+                    p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end AS churned,
+                    p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date) AS value
+                FROM metric_buckets(p_from, p_to, p_bucket) b
+                JOIN subscription_paid_periods p ON p.environment = p_environment
+                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND ((p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end)
+                        OR (p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end))
+            )
+            SELECT b.bucket_start, b.bucket_end, p_currency,
+                round(coalesce(sum(m.value) FILTER (WHERE m.started = 'new'), 0), 2),
+                round(coalesce(sum(m.value) FILTER (WHERE m.started = 'resubscription'), 0), 2),
+                round(coalesce(sum(m.value) FILTER (WHERE m.churned), 0), 2),
+                round(coalesce(sum(m.value) FILTER (WHERE m.started IS NOT NULL), 0) - coalesce(sum(m.value) FILTER (WHERE m.churned), 0), 2),
+                count(*) FILTER (WHERE m.value IS NULL AND (m.started IS NOT NULL OR m.churned))
+            FROM metric_buckets(p_from, p_to, p_bucket) b LEFT JOIN moves m USING (bucket_start, bucket_end)
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        // Refund rate by the refunded period's bucket (its purchase date), not the day the refund came.
+        """
+        CREATE FUNCTION metric_refunds(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL, p_currency text DEFAULT 'USD')
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, paid_periods bigint, refunded bigint, refund_rate numeric,
+            refunded_amount numeric, unconverted bigint)
+        STABLE LANGUAGE sql AS $$
+            SELECT b.bucket_start, b.bucket_end, p_currency, count(p.transaction_id), count(*) FILTER (WHERE p.is_refunded),
+                round(count(*) FILTER (WHERE p.is_refunded)::numeric / nullif(count(p.transaction_id), 0), 4),
+                round(coalesce(sum(p.price / 1000.0 * metric_exchange_rate(p.currency, p_currency, p.purchase_date)
+                    * coalesce(p.revocation_percentage, 100000) / 100000.0) FILTER (WHERE p.is_refunded), 0), 2),
+                count(*) FILTER (WHERE p.is_refunded AND metric_exchange_rate(p.currency, p_currency, p.purchase_date) IS NULL)
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            LEFT JOIN subscription_periods p
+                ON p.environment = p_environment AND p.is_paid
+                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        // The transaction a notification is about, decoded, whichever way the archive stores it.
+        """
+        CREATE FUNCTION archived_transaction_info(n notification_archive) RETURNS jsonb STABLE LANGUAGE sql AS $$
+            SELECT CASE
+                WHEN n.body IS NOT NULL THEN
+                    n.nested_bodies[substr(n.body->'data'->>'signedTransactionInfo', 2)::integer + 1]::jsonb
+                ELSE convert_from(decode(
+                        translate(split_part(n.payload->'data'->>'signedTransactionInfo', '.', 2), '-_', '+/')
+                        || repeat('=', (4 - length(split_part(n.payload->'data'->>'signedTransactionInfo', '.', 2)) % 4) % 4),
+                    'base64'), 'UTF8')::jsonb
+                END
+        $$
+        """,
+        // Refund requests by outcome, counted in the bucket the notification was signed in: requested
+        // (CONSUMPTION_REQUEST), granted (REFUND), declined (REFUND_DECLINED), reversed (REFUND_REVERSED).
+        """
+        CREATE FUNCTION metric_refund_requests(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, requested bigint, granted bigint, declined bigint, reversed bigint)
+        STABLE LANGUAGE sql AS $$
+            WITH outcomes AS (
+                SELECT n.notification_type, n.signed_date, archived_transaction_info(n) AS t
+                FROM notification_archive n
+                WHERE n.notification_type IN ('CONSUMPTION_REQUEST', 'REFUND', 'REFUND_DECLINED', 'REFUND_REVERSED')
+                    AND n.environment = p_environment AND (p_bundle_id IS NULL OR n.bundle_id = p_bundle_id)
+                    AND n.signed_date >= p_from AND n.signed_date < p_to
+            )
+            SELECT b.bucket_start, b.bucket_end,
+                count(o.t) FILTER (WHERE o.notification_type = 'CONSUMPTION_REQUEST'),
+                count(o.t) FILTER (WHERE o.notification_type = 'REFUND'),
+                count(o.t) FILTER (WHERE o.notification_type = 'REFUND_DECLINED'),
+                count(o.t) FILTER (WHERE o.notification_type = 'REFUND_REVERSED')
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            LEFT JOIN outcomes o ON o.signed_date >= b.bucket_start AND o.signed_date < b.bucket_end
+                AND (p_product_id IS NULL OR o.t->>'productId' = p_product_id) AND (p_storefront IS NULL OR o.t->>'storefront' = p_storefront)
+                AND coalesce(o.t->>'inAppOwnershipType', '') <> 'FAMILY_SHARED'
+            GROUP BY 1, 2 ORDER BY 1
+        $$
+        """,
+        // Subscription retention by cohort: the subscriptions whose first paid period started in the bucket, and how
+        // many of them paid for at least N periods (refunded periods do not count as paid), N = 1 … the longest.
+        """
+        CREATE FUNCTION metric_retention(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
+            p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
+        RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, period integer, cohort bigint, retained bigint, retention numeric)
+        STABLE LANGUAGE sql AS $$
+            WITH cohort AS (
+                SELECT b.bucket_start, b.bucket_end, f.environment, f.bundle_id, f.original_transaction_id
+                FROM metric_buckets(p_from, p_to, p_bucket) b
+                JOIN subscription_paid_periods f ON f.environment = p_environment AND f.is_first_paid
+                    AND (p_bundle_id IS NULL OR f.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR f.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR f.storefront = p_storefront)
+                    AND f.purchase_date >= b.bucket_start AND f.purchase_date < b.bucket_end
+            ), paid AS (
+                SELECT c.bucket_start, c.bucket_end, c.original_transaction_id,
+                    (SELECT count(*) FROM subscription_paid_periods p WHERE p.environment = c.environment AND p.bundle_id = c.bundle_id
+                        AND p.original_transaction_id = c.original_transaction_id AND NOT p.is_refunded) AS periods
+                FROM cohort c
+            ), sizes AS (
+                SELECT bucket_start, bucket_end, count(*) AS cohort, max(periods) AS longest FROM paid GROUP BY 1, 2
+            )
+            SELECT s.bucket_start, s.bucket_end, n::integer, s.cohort,
+                (SELECT count(*) FROM paid p WHERE p.bucket_start = s.bucket_start AND p.periods >= n),
+                round((SELECT count(*) FROM paid p WHERE p.bucket_start = s.bucket_start AND p.periods >= n)::numeric / s.cohort, 4)
+            FROM sizes s CROSS JOIN LATERAL generate_series(1, GREATEST(s.longest, 1)) AS n
+            ORDER BY 1, 3
+        $$
+        """,
+    ])
+}
