@@ -50,6 +50,18 @@ public struct NotificationMinter: Sendable {
         public var includesRenewalInfo = true
         /// False: the notification carries no `data.status`.
         public var includesStatus = true
+        /// The transaction's `storefront` (Apple's three-letter code).
+        public var storefront = "USA"
+        /// An offer on the transaction: `offerType` (1 introductory, 2 promotional, 3 offer code, 4 win-back).
+        public var offerType: Int32?
+        /// `FREE_TRIAL`, `PAY_AS_YOU_GO` or `PAY_UP_FRONT`.
+        public var offerDiscountType: String?
+        /// The offer's duration (ISO 8601).
+        public var offerPeriod: String?
+        /// `MONTHLY` (a 12-month commitment billed monthly) or `BILLED_UPFRONT`.
+        public var billingPlanType: String?
+        /// The transaction's `commitmentInfo` (with `billingPlanType`).
+        public var commitmentInfo: JSONObject?
 
         public init(
             notificationType: String, subtype: String? = nil, notificationUUID: String, signedDate: Int64,
@@ -99,7 +111,7 @@ public struct NotificationMinter: Sendable {
             "signedDate": number(event.signedDate),
             "environment": .string(environment.rawValue),
             "transactionReason": .string(event.notificationType == "SUBSCRIBED" ? "PURCHASE" : "RENEWAL"),
-            "storefront": .string("USA"),
+            "storefront": .string(event.storefront),
             "storefrontId": .string("143441"),
             "price": number(event.price),
             "currency": .string(event.currency),
@@ -120,6 +132,11 @@ public struct NotificationMinter: Sendable {
         if event.appAccountToken.isEmpty { transaction["appAccountToken"] = nil }
         if let isUpgraded = event.isUpgraded { transaction["isUpgraded"] = .bool(isUpgraded) }
         if let previous = event.previousOriginalTransactionId { transaction["previousOriginalTransactionId"] = .string(previous) }
+        if let offerType = event.offerType { transaction["offerType"] = number(Int64(offerType)) }
+        if let discount = event.offerDiscountType { transaction["offerDiscountType"] = .string(discount) }
+        if let period = event.offerPeriod { transaction["offerPeriod"] = .string(period) }
+        if let plan = event.billingPlanType { transaction["billingPlanType"] = .string(plan) }
+        if let commitment = event.commitmentInfo { transaction["commitmentInfo"] = .object(commitment) }
         return transaction
     }
 
