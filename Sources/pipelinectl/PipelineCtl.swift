@@ -14,7 +14,8 @@ struct PipelineCtl: AsyncParsableCommand {
         subcommands: [
             VerifyCommand.self, MigrateCommand.self, EntitlementsCommand.self, TopicsCommand.self, LagCommand.self, ReplayCommand.self,
             DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self, ReconcileCommand.self, ImportCommand.self,
-            ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self, ArchiveCommand.self,
+            ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self, ArchiveCommand.self, MetricsCommand.self,
+            ProductsCommand.self, ExchangeRatesCommand.self,
         ]
     )
 }

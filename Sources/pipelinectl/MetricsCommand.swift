@@ -1,0 +1,276 @@
+import AppStoreNotifications
+import ArgumentParser
+import EntitlementStore
+import Foundation
+
+/// `pipelinectl metrics NAME --from D --to D`: subscription metrics from our own rows (docs/metrics.md).
+struct MetricsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "metrics",
+        abstract: "Subscription metrics (active subscriptions, MRR, churn, trial conversion, refunds, retention) from the pipeline's own data.",
+        discussion: """
+            NAME is one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", ")).
+            --from and --to are UTC days (YYYY-MM-DD, --to included) or ISO 8601 instants (--to excluded). Buckets are UTC
+            (weeks start on Monday); the first and last are clipped to the range. Production and Sandbox are never mixed.
+            Money is gross, in --currency, converted with `pipelinectl exchange-rates load`; a period with no rate is
+            left out of the sums and counted in `unconverted`. Apple's price and currency are estimates, not revenue
+            recognition: App Store Connect's reports are the source of record.
+            """)
+
+    @OptionGroup var connection: ConnectionOptions
+    @Argument(help: "The metric.") var name: String
+    @Option(help: "First day (YYYY-MM-DD, UTC) or instant.") var from: String
+    @Option(help: "Last day, included (YYYY-MM-DD, UTC), or an instant, excluded.") var to: String
+    @Option(help: "day, week, month, quarter or year.") var bucket = "month"
+    @Option(help: "Production or Sandbox.") var environment = "Production"
+    @Option(help: "Only this app.") var bundleId: String?
+    @Option(help: "Only this product.") var productId: String?
+    @Option(help: "Only this storefront (Apple's three-letter code, e.g. USA).") var storefront: String?
+    @Option(help: "The reporting currency of money metrics (ISO 4217).") var currency = "USD"
+    @Option(help: "Each query's statement timeout, in milliseconds.") var statementTimeoutMs = 120_000
+    @Flag(help: "Print JSON (an array of objects).") var json = false
+    @Flag(help: "Print CSV with a header row.") var csv = false
+
+    func validate() throws {
+        guard SubscriptionMetric(rawValue: name) != nil else {
+            throw ValidationError("unknown metric \(UntrustedText.quoted(name)); one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        guard MetricBucket(rawValue: bucket) != nil else { throw ValidationError("--bucket must be day, week, month, quarter or year") }
+        guard ["Production", "Sandbox"].contains(environment) else { throw ValidationError("--environment must be Production or Sandbox") }
+        guard currency.utf8.count == 3, currency.allSatisfy({ $0.isASCII && $0.isUppercase }) else {
+            throw ValidationError("--currency must be an ISO 4217 code such as USD")
+        }
+        guard !(json && csv) else { throw ValidationError("give at most one of --json and --csv") }
+        guard statementTimeoutMs > 0 else { throw ValidationError("--statement-timeout-ms must be positive") }
+        let (start, end) = try range()
+        guard start < end else { throw ValidationError("--from must be before --to") }
+    }
+
+    /// [from, to) as instants.
+    func range() throws -> (Date, Date) {
+        (try Self.instant(from, endOfDay: false), try Self.instant(to, endOfDay: true))
+    }
+
+    static func instant(_ text: String, endOfDay: Bool) throws -> Date {
+        if text.utf8.count == 10, let day = try? Date.ISO8601FormatStyle().year().month().day().parse(text) {
+            return endOfDay ? day.addingTimeInterval(86_400) : day
+        }
+        return Date(timeIntervalSince1970: Double(try parseISO8601(text)) / 1000)
+    }
+
+    func run() async throws {
+        let metric = SubscriptionMetric(rawValue: name)!
+        let bucket = MetricBucket(rawValue: bucket)!
+        let (start, end) = try range()
+        // Long ranges are asked for in pieces of whole buckets, so a progress line can follow them (the figures are
+        // the same: every bucket is computed on its own).
+        let pieces = Self.pieces(from: start, to: end, bucket: bucket, bucketsPerPiece: 12)
+        let progress = ProgressLine("metrics \(metric.rawValue)")
+        let query = MetricQuery(from: start, to: end, bucket: bucket, environment: environment, bundleId: bundleId, productId: productId,
+                                storefront: storefront, currency: currency)
+        let timeout = statementTimeoutMs
+        let table = try await connection.configuration().withStore(logger: toolLogger) { store in
+            try await requireMigrated(store)
+            var table = MetricTable(columns: metric.columns, rows: [])
+            for (index, piece) in pieces.enumerated() {
+                var part = query
+                (part.from, part.to) = piece
+                table.rows += try await store.metric(metric, part, statementTimeoutMilliseconds: timeout).rows
+                if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
+            }
+            return table
+        }
+        if json {
+            printJSON(.array(table.rows.map { row in
+                let members = zip(table.columns, row).map { column, value -> JSONObject.Member in
+                    JSONObject.Member(key: column, value: Self.jsonCell(column: column, value: value))
+                }
+                return JSONValue.object(JSONObject(members: members))
+            }))
+        } else if csv {
+            print(table.columns.joined(separator: ","))
+            for row in table.rows { print(row.map { Self.csvField($0 ?? "") }.joined(separator: ",")) }
+        } else {
+            let cells: [[String]] = [table.columns] + table.rows.map { row in row.map { $0 ?? "-" } }
+            var widths = [Int](repeating: 0, count: table.columns.count)
+            for row in cells {
+                for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
+            }
+            for row in cells {
+                var line = ""
+                for (index, cell) in row.enumerated() {
+                    line += (index == 0 ? "" : "  ") + cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+                }
+                print(line)
+            }
+        }
+    }
+
+    /// A cell as JSON: numbers as numbers (PostgreSQL's exact text), buckets and currency codes as strings.
+    static func jsonCell(column: String, value: String?) -> JSONValue {
+        guard let value else { return .null }
+        let numeric = !column.hasPrefix("bucket_") && column != "currency" && Double(value) != nil
+        return numeric ? .number(JSONNumber(literal: value)) : .string(value)
+    }
+
+    static func csvField(_ value: String) -> String {
+        value.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" }) ? "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : value
+    }
+
+    /// [from, to) cut at bucket boundaries into pieces of at most `bucketsPerPiece` buckets.
+    static func pieces(from: Date, to: Date, bucket: MetricBucket, bucketsPerPiece: Int) -> [(Date, Date)] {
+        var calendar = Calendar(identifier: .iso8601)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        func nextBoundary(after date: Date) -> Date {
+            let component: Calendar.Component
+            var step = 1
+            switch bucket {
+            case .day: component = .day
+            case .week: component = .weekOfYear
+            case .month: component = .month
+            case .quarter: component = .month; step = 3
+            case .year: component = .year
+            }
+            let start: Date
+            switch bucket {
+            case .day: start = calendar.startOfDay(for: date)
+            case .week: start = calendar.dateInterval(of: .weekOfYear, for: date)!.start
+            case .month: start = calendar.dateInterval(of: .month, for: date)!.start
+            case .quarter:
+                let month = calendar.component(.month, from: date)
+                let year = calendar.component(.year, from: date)
+                start = calendar.date(from: DateComponents(year: year, month: (month - 1) / 3 * 3 + 1, day: 1))!
+            case .year: start = calendar.dateInterval(of: .year, for: date)!.start
+            }
+            return calendar.date(byAdding: component, value: step, to: start)!
+        }
+        var pieces: [(Date, Date)] = []
+        var pieceStart = from
+        while pieceStart < to {
+            var pieceEnd = pieceStart
+            for _ in 0..<bucketsPerPiece where pieceEnd < to { pieceEnd = nextBoundary(after: pieceEnd) }
+            pieceEnd = min(pieceEnd, to)
+            pieces.append((pieceStart, pieceEnd))
+            pieceStart = pieceEnd
+        }
+        return pieces
+    }
+}
+
+/// `pipelinectl products list|set|refresh`: the durations metrics normalise prices with.
+struct ProductsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "products", abstract: "The product catalog: each subscription product's duration (observed, or set by hand).",
+        subcommands: [List.self, Set.self, Refresh.self])
+
+    static let durations = ["P1W", "P1M", "P2M", "P3M", "P6M", "P1Y"]
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List the catalog (refreshed from observed periods first).")
+        @OptionGroup var connection: ConnectionOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() async throws {
+            let entries = try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                try await store.refreshProductCatalog()
+                return try await store.productCatalog()
+            }
+            if json {
+                printJSON(.array(entries.map { entry in
+                    .object(JSONObject([
+                        "productId": .string(entry.productId), "duration": .string(entry.duration), "source": .string(entry.source),
+                        "observedPeriods": .number(JSONNumber(entry.observedPeriods)),
+                    ]))
+                }))
+            } else {
+                for entry in entries { print("\(entry.productId)  \(entry.duration)  \(entry.source)  observed periods: \(entry.observedPeriods)") }
+                if entries.isEmpty { print("no subscription product observed yet") }
+            }
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "set", abstract: "Set a product's duration by hand (observation never overrides it).")
+        @OptionGroup var connection: ConnectionOptions
+        @Option(help: "The product id.") var productId: String
+        @Option(help: "P1W, P1M, P2M, P3M, P6M or P1Y.") var duration: String
+
+        func validate() throws {
+            guard ProductsCommand.durations.contains(duration) else {
+                throw ValidationError("--duration must be one of \(ProductsCommand.durations.joined(separator: ", ")), not \(UntrustedText.quoted(duration))")
+            }
+            guard !productId.isEmpty, productId.utf8.count <= 200 else { throw ValidationError("--product-id must be 1 to 200 bytes") }
+        }
+
+        func run() async throws {
+            let (productId, duration) = (productId, duration)
+            try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                try await store.setProductDuration(productId: productId, duration: duration)
+            }
+            print("\(productId): \(duration) (manual)")
+        }
+    }
+
+    struct Refresh: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "refresh", abstract: "Fill the catalog from the durations observed in transactions.")
+        @OptionGroup var connection: ConnectionOptions
+
+        func run() async throws {
+            let count = try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                return try await store.refreshProductCatalog()
+            }
+            print("\(count) product(s) observed")
+        }
+    }
+}
+
+/// `pipelinectl exchange-rates load|list`: rates into the reporting currency, from a file (no network fetch).
+struct ExchangeRatesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "exchange-rates", abstract: "Exchange rates into a reporting currency, for money metrics.", subcommands: [Load.self])
+
+    struct Load: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "load",
+            abstract: "Load rates from a CSV file: header `date,currency,reporting_currency,rate`, one unit of currency = rate units of the reporting currency.",
+            discussion: "All rows are checked before any is stored; a bad row stops the load with its line number. A rate given again for a day replaces it.")
+        @OptionGroup var connection: ConnectionOptions
+        @Option(help: "The CSV file.") var fromFile: String
+
+        func run() async throws {
+            let rates = try Self.parse(String(contentsOfFile: fromFile, encoding: .utf8))
+            let count = try await connection.configuration().withStore(logger: toolLogger) { store in
+                try await requireMigrated(store)
+                return try await store.loadExchangeRates(rates)
+            }
+            print("loaded \(count) rate(s)")
+        }
+
+        static func parse(_ text: String) throws -> [ExchangeRate] {
+            var lines = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard let header = lines.first?.lowercased().replacingOccurrences(of: " ", with: ""), header == "date,currency,reporting_currency,rate" else {
+                throw ValidationError("the first line must be the header date,currency,reporting_currency,rate")
+            }
+            lines.removeFirst()
+            let day = Date.ISO8601FormatStyle().year().month().day()
+            return try lines.enumerated().map { index, line in
+                let fields = line.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+                let where_ = "line \(index + 2)"
+                guard fields.count == 4 else { throw ValidationError("\(where_): 4 fields expected, found \(fields.count)") }
+                guard fields[0].utf8.count == 10, (try? day.parse(fields[0])) != nil else {
+                    throw ValidationError("\(where_): \(UntrustedText.quoted(fields[0])) is not a day (YYYY-MM-DD)")
+                }
+                for code in fields[1...2] where !(code.utf8.count == 3 && code.allSatisfy { $0.isASCII && $0.isUppercase }) {
+                    throw ValidationError("\(where_): \(UntrustedText.quoted(code)) is not an ISO 4217 code")
+                }
+                guard let rate = Double(fields[3]), rate > 0, rate.isFinite, fields[3].allSatisfy({ $0.isNumber || $0 == "." }) else {
+                    throw ValidationError("\(where_): \(UntrustedText.quoted(fields[3])) is not a positive decimal rate")
+                }
+                return ExchangeRate(date: fields[0], currency: fields[1], reportingCurrency: fields[2], rate: fields[3])
+            }
+        }
+    }
+}
