@@ -433,6 +433,59 @@ struct DeploymentConsistencyTests {
             #expect(plotted.contains(required), "the dashboard plots \(required)")
         }
     }
+
+    @Test("the subscription-metrics dashboard calls only metric functions the migrations define, with their parameters; compose provisions both dashboards")
+    func subscriptionMetricsDashboard() throws {
+        let data = try Data(contentsOf: repositoryRoot.appendingPathComponent("deploy/grafana/subscription-metrics-dashboard.json"))
+        let dashboard = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        let targets = (dashboard["panels"] as? [[String: Any]] ?? []).flatMap { $0["targets"] as? [[String: Any]] ?? [] }
+        let sql = targets.compactMap { $0["rawSql"] as? String }
+        #expect(sql.count == targets.count && sql.count >= 9, "every panel is a raw SQL query")
+        let migrations = Migrations.all.flatMap(\.sql).joined(separator: "\n")
+        let call = try Regex(#"\b(metric_[a-z_]+)\(([^()]*(?:\([^()]*\)[^()]*)*)\)"#)
+        var called: Set<String> = []
+        for query in sql {
+            let matches = query.matches(of: call)
+            #expect(!matches.isEmpty, "\(query) calls no metric function")
+            for match in matches {
+                let name = String(match.output[1].substring ?? "")
+                called.insert(name)
+                #expect(migrations.contains("CREATE FUNCTION \(name)("), "\(name) is not defined by a migration")
+                let metric = try #require(SubscriptionMetric.allCases.first { $0.function == name }, "\(name) is not a SubscriptionMetric")
+                // Top-level commas only (NULLIF('$bundle_id', '') is one argument).
+                var depth = 0
+                var arguments = 1
+                for character in match.output[2].substring ?? "" {
+                    if character == "(" { depth += 1 } else if character == ")" { depth -= 1 } else if character == "," && depth == 0 { arguments += 1 }
+                }
+                #expect(arguments == (metric.takesCurrency ? 8 : 7), "\(name) called with \(arguments) arguments")
+                // Every column the panel reads is one the function returns.
+                let selected = query.split(separator: "FROM")[0]
+                let returned = Set(metric.columns)
+                let read = selected.matches(of: try Regex(#"\b([a-z_]+) AS"#)).compactMap { $0.output[1].substring.map(String.init) }
+                for column in read where column != "bucket_end" && column != "bucket_start" && !column.hasPrefix("to_char") {
+                    #expect(returned.contains(column), "\(name) returns no column \(column)")
+                }
+            }
+        }
+        for required in ["metric_active_subscriptions", "metric_mrr", "metric_churn", "metric_trial_conversion", "metric_refunds"] {
+            #expect(called.contains(required), "the dashboard shows \(required)")
+        }
+        let datasources = try #require(try YAMLFile.load("deploy/grafana/provisioning/datasources/datasources.yaml").first as? [String: Any])
+        let uids = (datasources["datasources"] as? [[String: Any]] ?? []).compactMap { $0["uid"] as? String }
+        #expect(Set(uids) == ["prometheus", "pipeline-postgres"])
+        for target in targets {
+            #expect((target["datasource"] as? [String: Any])?["uid"] as? String == "pipeline-postgres")
+        }
+        let compose = try #require(try YAMLFile.load("docker-compose.yml").first as? [String: Any])
+        let grafana = try #require((compose["services"] as? [String: [String: Any]])?["grafana"])
+        let volumes = grafana["volumes"] as? [String] ?? []
+        #expect(volumes.contains("./deploy/grafana/provisioning:/etc/grafana/provisioning:ro"))
+        #expect(volumes.contains("./deploy/grafana:/var/lib/grafana/dashboards:ro"), "both dashboard files are mounted where the provider loads them")
+        let provider = try #require(try YAMLFile.load("deploy/grafana/provisioning/dashboards/dashboards.yaml").first as? [String: Any])
+        let path = ((provider["providers"] as? [[String: Any]])?.first?["options"] as? [String: Any])?["path"] as? String
+        #expect(path == "/var/lib/grafana/dashboards")
+    }
 }
 
 /// YAML read by PyYAML from the project's venv (scripts/install.sh) and handed over as JSON: a real YAML parser,
