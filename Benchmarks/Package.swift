@@ -65,6 +65,14 @@ let package = Package(
             ]
         ),
         .executableTarget(
+            name: "metrics-bench",
+            dependencies: [
+                .product(name: "EntitlementStore", package: "appstore-notification-pipeline"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
             name: "customer-api-bench",
             dependencies: [
                 .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),

@@ -187,6 +187,11 @@ wait_drained
 
 log "pipelinectl entitlements --all"
 "$bin/pipelinectl" entitlements --all
+log "pipelinectl metrics: subscription metrics from our own rows (docs/metrics.md; the demo's notifications span the last 70 days)"
+metrics_from=$(date -u -d '-80 days' +%Y-%m-%d); metrics_to=$(date -u +%Y-%m-%d)
+"$bin/pipelinectl" metrics active-subscriptions --from "$metrics_from" --to "$metrics_to" --bucket week
+"$bin/pipelinectl" metrics mrr --from "$metrics_from" --to "$metrics_to" --bucket month
+"$bin/pipelinectl" metrics churn --from "$metrics_from" --to "$metrics_to" --bucket month
 log "pipelinectl dlq list"
 "$bin/pipelinectl" dlq list --limit 0
 log "entitlement events (the CloudEvents topic app backends read): one subscription's story, then the count by type"
