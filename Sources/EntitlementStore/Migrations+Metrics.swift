@@ -230,22 +230,27 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, new_trials bigint, new_paid bigint, new_family_shared bigint)
         STABLE LANGUAGE sql AS $$
-            SELECT b.bucket_start, b.bucket_end,
-                (SELECT count(*) FROM subscription_periods p WHERE p.environment = p_environment AND p.is_trial AND NOT p.is_family_shared
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+            WITH b AS MATERIALIZED (SELECT * FROM metric_buckets(p_from, p_to, p_bucket)),
+            starts AS MATERIALIZED (
+                SELECT 'trial' AS kind, p.purchase_date FROM subscription_periods p
+                WHERE p.environment = p_environment AND p.is_trial AND NOT p.is_family_shared
+                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
                     AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end),
-                (SELECT count(*) FROM subscription_paid_periods p WHERE p.environment = p_environment AND p.is_first_paid
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                UNION ALL
+                SELECT 'paid', p.purchase_date FROM subscription_paid_periods p
+                WHERE p.environment = p_environment AND p.is_first_paid
+                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
                     AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end),
-                (SELECT count(DISTINCT p.original_transaction_id) FROM subscription_periods p WHERE p.environment = p_environment AND p.is_family_shared
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                UNION ALL
+                SELECT 'family', min(p.purchase_date) FROM subscription_periods p
+                WHERE p.environment = p_environment AND p.is_family_shared AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
                     AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
-                    AND NOT EXISTS (SELECT 1 FROM transactions e WHERE e.environment = p.environment AND e.bundle_id = p.bundle_id
-                        AND e.original_transaction_id = p.original_transaction_id AND e.purchase_date < p.purchase_date))
-            FROM metric_buckets(p_from, p_to, p_bucket) b ORDER BY 1
+                GROUP BY p.bundle_id, p.original_transaction_id
+            )
+            SELECT b.bucket_start, b.bucket_end, count(*) FILTER (WHERE s.kind = 'trial'), count(*) FILTER (WHERE s.kind = 'paid'),
+                count(*) FILTER (WHERE s.kind = 'family')
+            FROM b LEFT JOIN starts s ON s.purchase_date >= b.bucket_start AND s.purchase_date < b.bucket_end
+            GROUP BY 1, 2 ORDER BY 1
         $$
         """,
         // Trials by the bucket they started in: converted (a paid period followed and its first one was not
@@ -255,24 +260,24 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, trials bigint, converted bigint, pending bigint, abandoned bigint, conversion_rate numeric)
         STABLE LANGUAGE sql AS $$
-            WITH trials AS (
-                SELECT b.bucket_start, b.bucket_end, t.transaction_id,
-                    (SELECT NOT f.is_refunded FROM subscription_periods f WHERE f.environment = t.environment AND f.bundle_id = t.bundle_id
-                        AND f.original_transaction_id = t.original_transaction_id AND f.is_paid AND f.purchase_date >= t.purchase_date
-                        ORDER BY f.purchase_date, f.transaction_id LIMIT 1) AS first_paid_kept,
-                    t.effective_end_time > now() AS running
-                FROM metric_buckets(p_from, p_to, p_bucket) b
-                JOIN subscription_periods t ON t.environment = p_environment AND t.is_trial AND NOT t.is_family_shared
-                    AND (p_bundle_id IS NULL OR t.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR t.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR t.storefront = p_storefront)
-                    AND t.purchase_date >= b.bucket_start AND t.purchase_date < b.bucket_end
+            WITH periods AS (
+                SELECT p.*, lead(p.is_paid) OVER w AS next_is_paid, lead(p.is_refunded) OVER w AS next_is_refunded
+                FROM subscription_periods p
+                WHERE p.environment = p_environment AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id)
+                WINDOW w AS (PARTITION BY p.environment, p.bundle_id, p.original_transaction_id ORDER BY p.purchase_date, p.transaction_id)
+            ), trials AS MATERIALIZED (
+                SELECT t.purchase_date, CASE WHEN t.next_is_paid THEN NOT t.next_is_refunded END AS converted, t.effective_end_time > now() AS running
+                FROM periods t
+                WHERE t.is_trial AND NOT t.is_family_shared AND t.purchase_date >= p_from AND t.purchase_date < p_to
+                    AND (p_product_id IS NULL OR t.product_id = p_product_id) AND (p_storefront IS NULL OR t.storefront = p_storefront)
             )
-            SELECT b.bucket_start, b.bucket_end, count(t.transaction_id),
-                count(*) FILTER (WHERE t.first_paid_kept),
-                count(*) FILTER (WHERE t.first_paid_kept IS NULL AND t.running),
-                count(*) FILTER (WHERE t.first_paid_kept = false OR (t.first_paid_kept IS NULL AND NOT t.running)),
-                round(count(*) FILTER (WHERE t.first_paid_kept)::numeric / nullif(count(t.transaction_id), 0), 4)
-            FROM metric_buckets(p_from, p_to, p_bucket) b LEFT JOIN trials t USING (bucket_start, bucket_end)
+            SELECT b.bucket_start, b.bucket_end, count(t.purchase_date),
+                count(*) FILTER (WHERE t.converted),
+                count(*) FILTER (WHERE t.converted IS NULL AND t.running),
+                count(*) FILTER (WHERE NOT t.converted OR (t.converted IS NULL AND NOT t.running)),
+                round(count(*) FILTER (WHERE t.converted)::numeric / nullif(count(t.purchase_date), 0), 4)
+            FROM metric_buckets(p_from, p_to, p_bucket) b
+            LEFT JOIN trials t ON t.purchase_date >= b.bucket_start AND t.purchase_date < b.bucket_end
             GROUP BY 1, 2 ORDER BY 1
         $$
         """,
@@ -284,27 +289,30 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, active_at_start bigint, churned bigint, churn_rate numeric, resubscribed bigint)
         STABLE LANGUAGE sql AS $$
-            SELECT b.bucket_start, b.bucket_end, s.active, s.churned, round(s.churned::numeric / nullif(s.active, 0), 4), r.resubscribed
-            FROM metric_buckets(p_from, p_to, p_bucket) b
-            CROSS JOIN LATERAL (
-                SELECT count(DISTINCT p.original_transaction_id) AS active,
-                    count(DISTINCT p.original_transaction_id) FILTER (WHERE EXISTS (
-                        SELECT 1 FROM subscription_paid_periods c WHERE c.environment = p.environment AND c.bundle_id = p.bundle_id
-                            AND c.original_transaction_id = p.original_transaction_id
-                            AND c.churned_at >= b.bucket_start AND c.churned_at < b.bucket_end)) AS churned
+            WITH b AS MATERIALIZED (SELECT * FROM metric_buckets(p_from, p_to, p_bucket)),
+            p AS MATERIALIZED (
+                SELECT p.bundle_id, p.original_transaction_id, p.purchase_date, p.effective_end_time, p.churned_at, p.is_resubscription
                 FROM subscription_paid_periods p
-                WHERE p.environment = p_environment
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time >= p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
                     AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND p.purchase_date < b.bucket_start AND p.effective_end_time >= b.bucket_start
-            ) s
-            CROSS JOIN LATERAL (
-                SELECT count(*) AS resubscribed FROM subscription_paid_periods p
-                WHERE p.environment = p_environment AND p.is_resubscription
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
-            ) r
+            ), active AS (
+                SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
+                FROM b JOIN p ON p.purchase_date < b.bucket_start AND p.effective_end_time >= b.bucket_start
+            ), churned AS (
+                SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
+                FROM b JOIN p ON p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end
+            ), counts AS (
+                SELECT a.bucket_start, count(*) AS active, count(c.original_transaction_id) AS churned
+                FROM active a LEFT JOIN churned c USING (bucket_start, bundle_id, original_transaction_id)
+                GROUP BY 1
+            ), resubscribed AS (
+                SELECT b.bucket_start, count(*) AS resubscribed
+                FROM b JOIN p ON p.is_resubscription AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
+                GROUP BY 1
+            )
+            SELECT b.bucket_start, b.bucket_end, coalesce(c.active, 0), coalesce(c.churned, 0),
+                round(coalesce(c.churned, 0)::numeric / nullif(c.active, 0), 4), coalesce(r.resubscribed, 0)
+            FROM b LEFT JOIN counts c USING (bucket_start) LEFT JOIN resubscribed r USING (bucket_start)
             ORDER BY 1
         $$
         """,
@@ -406,25 +414,28 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, period integer, cohort bigint, retained bigint, retention numeric)
         STABLE LANGUAGE sql AS $$
-            WITH cohort AS (
-                SELECT b.bucket_start, b.bucket_end, f.environment, f.bundle_id, f.original_transaction_id
-                FROM metric_buckets(p_from, p_to, p_bucket) b
-                JOIN subscription_paid_periods f ON f.environment = p_environment AND f.is_first_paid
-                    AND (p_bundle_id IS NULL OR f.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR f.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR f.storefront = p_storefront)
-                    AND f.purchase_date >= b.bucket_start AND f.purchase_date < b.bucket_end
+            WITH p AS MATERIALIZED (
+                SELECT p.bundle_id, p.original_transaction_id, p.purchase_date, p.is_first_paid, p.is_refunded, p.product_id, p.storefront
+                FROM subscription_paid_periods p
+                WHERE p.environment = p_environment AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id)
             ), paid AS (
-                SELECT c.bucket_start, c.bucket_end, c.original_transaction_id,
-                    (SELECT count(*) FROM subscription_paid_periods p WHERE p.environment = c.environment AND p.bundle_id = c.bundle_id
-                        AND p.original_transaction_id = c.original_transaction_id AND NOT p.is_refunded) AS periods
-                FROM cohort c
+                SELECT bundle_id, original_transaction_id, count(*) FILTER (WHERE NOT is_refunded) AS periods FROM p GROUP BY 1, 2
+            ), cohort AS MATERIALIZED (
+                SELECT b.bucket_start, b.bucket_end, n.periods
+                FROM metric_buckets(p_from, p_to, p_bucket) b
+                JOIN p f ON f.is_first_paid AND f.purchase_date >= b.bucket_start AND f.purchase_date < b.bucket_end
+                    AND (p_product_id IS NULL OR f.product_id = p_product_id) AND (p_storefront IS NULL OR f.storefront = p_storefront)
+                JOIN paid n USING (bundle_id, original_transaction_id)
+            ), histogram AS (
+                SELECT bucket_start, periods, count(*) AS subscriptions FROM cohort GROUP BY 1, 2
             ), sizes AS (
-                SELECT bucket_start, bucket_end, count(*) AS cohort, max(periods) AS longest FROM paid GROUP BY 1, 2
+                SELECT bucket_start, bucket_end, count(*) AS cohort, max(periods) AS longest FROM cohort GROUP BY 1, 2
             )
-            SELECT s.bucket_start, s.bucket_end, n::integer, s.cohort,
-                (SELECT count(*) FROM paid p WHERE p.bucket_start = s.bucket_start AND p.periods >= n),
-                round((SELECT count(*) FROM paid p WHERE p.bucket_start = s.bucket_start AND p.periods >= n)::numeric / s.cohort, 4)
-            FROM sizes s CROSS JOIN LATERAL generate_series(1, GREATEST(s.longest, 1)) AS n
+            SELECT s.bucket_start, s.bucket_end, n::integer, s.cohort, r.retained, round(r.retained::numeric / s.cohort, 4)
+            FROM sizes s
+            CROSS JOIN LATERAL generate_series(1, GREATEST(s.longest, 1)) AS n
+            CROSS JOIN LATERAL (SELECT coalesce(sum(h.subscriptions), 0)::bigint AS retained FROM histogram h
+                WHERE h.bucket_start = s.bucket_start AND h.periods >= n) r
             ORDER BY 1, 3
         $$
         """,
