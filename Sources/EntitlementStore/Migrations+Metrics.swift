@@ -43,7 +43,7 @@ extension Migrations {
         ON CONFLICT DO NOTHING
         """,
         """
-        CREATE INDEX transactions_subscription_periods ON transactions (environment, bundle_id, original_transaction_id, purchase_date)
+        CREATE INDEX transactions_subscription_periods ON transactions (environment, bundle_id, original_transaction_id, purchase_date, transaction_id)
         WHERE type = 'Auto-Renewable Subscription'
         """,
         "CREATE INDEX notification_archive_by_type ON notification_archive (notification_type, environment, bundle_id, signed_date)",
@@ -52,8 +52,9 @@ extension Migrations {
         // Apple's subscription durations from a period's length. Sandbox renews on an accelerated clock (a month in
         // five minutes), so lengths under two hours are read on Apple's sandbox table.
         """
-        CREATE FUNCTION apple_subscription_duration(length interval) RETURNS text IMMUTABLE STRICT LANGUAGE sql AS $$
+        CREATE FUNCTION apple_subscription_duration(length interval) RETURNS text IMMUTABLE LANGUAGE sql AS $$
             SELECT CASE
+                WHEN length IS NULL THEN NULL
                 WHEN length < interval '2 hours' THEN CASE
                     WHEN length <= interval '4 minutes' THEN 'P1W'
                     WHEN length <= interval '7 minutes 30 seconds' THEN 'P1M'
@@ -69,16 +70,22 @@ extension Migrations {
                 ELSE 'P1Y' END
         $$
         """,
+        // (subscription_periods spells the common durations out in a simple CASE, which evaluates its subject once:
+        // PostgreSQL does not inline an SQL function whose parameter is used several times when the argument is an
+        // expression, and a call through the SQL-function executor cost 4 s on a million periods in metrics-bench.)
         // RevenueCat's monthly normalisation: week ×4, month ×1, two months ×1/2, quarter ×1/3, half year ×1/6,
         // year ×1/12; any other ISO 8601 length by the same rule (n weeks ×4/n, n months ×1/n, n years ×1/12n).
         """
-        CREATE FUNCTION subscription_monthly_factor(duration text) RETURNS numeric IMMUTABLE STRICT LANGUAGE sql AS $$
-            SELECT CASE right(duration, 1)
+        CREATE FUNCTION subscription_monthly_factor(duration text) RETURNS numeric IMMUTABLE LANGUAGE sql AS $$
+            SELECT CASE duration
+                WHEN 'P1M' THEN 1::numeric WHEN 'P1Y' THEN 1 / 12::numeric WHEN 'P1W' THEN 4::numeric
+                WHEN 'P3M' THEN 1 / 3::numeric WHEN 'P6M' THEN 1 / 6::numeric WHEN 'P2M' THEN 1 / 2::numeric
+                ELSE CASE right(duration, 1)
                 WHEN 'W' THEN 4.0 / substring(duration from 2 for length(duration) - 2)::numeric
                 WHEN 'M' THEN 1.0 / substring(duration from 2 for length(duration) - 2)::numeric
                 WHEN 'Y' THEN 1.0 / (12 * substring(duration from 2 for length(duration) - 2)::numeric)
                 WHEN 'D' THEN 30.0 / substring(duration from 2 for length(duration) - 2)::numeric
-                END
+                END END
         $$
         """,
         // The rate of `currency` in `reporting` at `at`: the newest rate dated on or before that day, else the
@@ -126,39 +133,41 @@ extension Migrations {
         // crossgrade). Access is `purchase_date <= t < effective_end_time`.
         """
         CREATE VIEW subscription_periods AS
-        SELECT p.*,
-            NOT p.is_trial AND NOT p.is_family_shared AS is_paid,
-            p.revocation_date IS NOT NULL AND NOT p.is_upgraded AND p.revocation_type IS DISTINCT FROM 'FAMILY_REVOKE' AS is_refunded,
-            CASE
-                WHEN p.billing_plan_type = 'MONTHLY' THEN 'P1M'
-                WHEN p.offer_discount_type = 'PAY_UP_FRONT' AND p.offer_period ~ '^P[0-9]+[DWMY]$' THEN p.offer_period
-                ELSE coalesce(c.duration, apple_subscription_duration(p.expires_date - p.purchase_date))
-            END AS duration,
-            coalesce(p.price / 1000.0,
-                (p.commitment_info->>'commitmentPrice')::numeric / 1000.0 / nullif((p.commitment_info->>'totalBillingPeriods')::numeric, 0))
-                * subscription_monthly_factor(CASE
+        SELECT d.*, d.price_per_period * CASE d.duration
+                WHEN 'P1M' THEN 1::numeric WHEN 'P1Y' THEN 1 / 12::numeric WHEN 'P1W' THEN 4::numeric
+                WHEN 'P3M' THEN 1 / 3::numeric WHEN 'P6M' THEN 1 / 6::numeric WHEN 'P2M' THEN 1 / 2::numeric
+                ELSE subscription_monthly_factor(d.duration) END AS monthly_price
+        FROM (
+            SELECT p.*,
+                NOT p.is_trial AND NOT p.is_family_shared AS is_paid,
+                p.revocation_date IS NOT NULL AND NOT p.is_upgraded AND p.revocation_type IS DISTINCT FROM 'FAMILY_REVOKE' AS is_refunded,
+                CASE
                     WHEN p.billing_plan_type = 'MONTHLY' THEN 'P1M'
                     WHEN p.offer_discount_type = 'PAY_UP_FRONT' AND p.offer_period ~ '^P[0-9]+[DWMY]$' THEN p.offer_period
-                    ELSE coalesce(c.duration, apple_subscription_duration(p.expires_date - p.purchase_date)) END) AS monthly_price
-        FROM (
-            SELECT t.transaction_id, t.original_transaction_id, t.environment, t.bundle_id, t.product_id,
-                t.payload->>'storefront' AS storefront, t.purchase_date, t.expires_date, t.revocation_date, t.revocation_type,
-                t.price, t.currency, t.revocation_percentage, coalesce(t.ownership_type = 'FAMILY_SHARED', false) AS is_family_shared,
-                (t.payload->>'offerType')::integer AS offer_type, t.payload->>'offerDiscountType' AS offer_discount_type,
-                t.payload->>'offerPeriod' AS offer_period, t.payload->>'billingPlanType' AS billing_plan_type,
-                t.payload->'commitmentInfo' AS commitment_info,
-                coalesce((t.payload->>'isUpgraded')::boolean, false) AS is_upgraded,
-                coalesce(t.payload->>'offerDiscountType' = 'FREE_TRIAL',
-                    (t.payload->>'offerType')::integer = 1 AND coalesce(t.price, 0) = 0) AS is_trial,
-                g.grace_period_expires_at,
-                LEAST(GREATEST(t.expires_date, g.grace_period_expires_at), t.revocation_date,
-                    lead(t.purchase_date) OVER w) AS effective_end_time
-            FROM transactions t
-            LEFT JOIN transaction_grace g ON g.transaction_id = t.transaction_id
-            WHERE t.type = 'Auto-Renewable Subscription' AND t.purchase_date IS NOT NULL AND t.expires_date IS NOT NULL
-            WINDOW w AS (PARTITION BY t.environment, t.bundle_id, t.original_transaction_id ORDER BY t.purchase_date, t.transaction_id)
-        ) p
-        LEFT JOIN product_catalog c ON c.product_id = p.product_id
+                    ELSE coalesce(c.duration, apple_subscription_duration(p.expires_date - p.purchase_date))
+                END AS duration,
+                coalesce(p.price / 1000.0,
+                    (p.commitment_info->>'commitmentPrice')::numeric / 1000.0 / nullif((p.commitment_info->>'totalBillingPeriods')::numeric, 0)) AS price_per_period
+            FROM (
+                SELECT t.transaction_id, t.original_transaction_id, t.environment, t.bundle_id, t.product_id,
+                    t.payload->>'storefront' AS storefront, t.purchase_date, t.expires_date, t.revocation_date, t.revocation_type,
+                    t.price, t.currency, t.revocation_percentage, coalesce(t.ownership_type = 'FAMILY_SHARED', false) AS is_family_shared,
+                    (t.payload->>'offerType')::integer AS offer_type, t.payload->>'offerDiscountType' AS offer_discount_type,
+                    t.payload->>'offerPeriod' AS offer_period, t.payload->>'billingPlanType' AS billing_plan_type,
+                    t.payload->'commitmentInfo' AS commitment_info,
+                    coalesce((t.payload->>'isUpgraded')::boolean, false) AS is_upgraded,
+                    coalesce(t.payload->>'offerDiscountType' = 'FREE_TRIAL',
+                        (t.payload->>'offerType')::integer = 1 AND coalesce(t.price, 0) = 0) AS is_trial,
+                    g.grace_period_expires_at,
+                    LEAST(GREATEST(t.expires_date, g.grace_period_expires_at), t.revocation_date,
+                        lead(t.purchase_date) OVER w) AS effective_end_time
+                FROM transactions t
+                LEFT JOIN transaction_grace g ON g.transaction_id = t.transaction_id
+                WHERE t.type = 'Auto-Renewable Subscription' AND t.purchase_date IS NOT NULL AND t.expires_date IS NOT NULL
+                WINDOW w AS (PARTITION BY t.environment, t.bundle_id, t.original_transaction_id ORDER BY t.purchase_date, t.transaction_id)
+            ) p
+            LEFT JOIN product_catalog c ON c.product_id = p.product_id
+        ) d
         """,
         // The paid periods (not a free trial, not family-shared) with their neighbours in the same subscription:
         // the first paid period is a new paid subscription; a paid period that starts after the previous one's
@@ -195,15 +204,18 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, active_paid bigint, active_trials bigint, active_family_shared bigint)
         STABLE LANGUAGE sql AS $$
+            WITH p AS MATERIALIZED (
+                SELECT p.original_transaction_id, p.bundle_id, p.purchase_date, p.effective_end_time, p.is_paid, p.is_trial, p.is_family_shared
+                FROM subscription_periods p
+                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time > p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+            )
             SELECT b.bucket_start, b.bucket_end,
-                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_paid),
-                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_trial AND NOT p.is_family_shared),
-                count(DISTINCT p.original_transaction_id) FILTER (WHERE p.is_family_shared)
+                count(DISTINCT (p.bundle_id, p.original_transaction_id)) FILTER (WHERE p.is_paid),
+                count(DISTINCT (p.bundle_id, p.original_transaction_id)) FILTER (WHERE p.is_trial AND NOT p.is_family_shared),
+                count(DISTINCT (p.bundle_id, p.original_transaction_id)) FILTER (WHERE p.is_family_shared)
             FROM metric_buckets(p_from, p_to, p_bucket) b
-            LEFT JOIN subscription_periods p ON p.environment = p_environment
-                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                AND p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
+            LEFT JOIN p ON p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
             GROUP BY 1, 2 ORDER BY 1
         $$
         """,
@@ -212,16 +224,22 @@ extension Migrations {
             p_bundle_id text DEFAULT NULL, p_product_id text DEFAULT NULL, p_storefront text DEFAULT NULL, p_currency text DEFAULT 'USD')
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, mrr numeric, arr numeric, active_paid bigint, unconverted bigint)
         STABLE LANGUAGE sql AS $$
-            SELECT b.bucket_start, b.bucket_end, p_currency,
-                round(coalesce(sum(p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date)), 0), 2),
-                round(coalesce(sum(p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date)), 0) * 12, 2),
-                count(p.transaction_id),
-                count(p.transaction_id) FILTER (WHERE metric_exchange_rate(p.currency, p_currency, p.purchase_date) IS NULL OR p.monthly_price IS NULL)
+            WITH p AS MATERIALIZED (
+                SELECT p.transaction_id, p.purchase_date, p.effective_end_time, p.monthly_price AS amount, p.currency
+                FROM subscription_periods p
+                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date < p_to AND p.effective_end_time > p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+            ), rates AS (
+                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
+                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
+            ), v AS (
+                SELECT p.*, p.amount * r.rate AS value
+                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
+            )
+            SELECT b.bucket_start, b.bucket_end, p_currency, round(coalesce(sum(v.value), 0), 2), round(coalesce(sum(v.value), 0) * 12, 2),
+                count(v.transaction_id), count(v.transaction_id) FILTER (WHERE v.value IS NULL)
             FROM metric_buckets(p_from, p_to, p_bucket) b
-            LEFT JOIN subscription_periods p ON p.environment = p_environment AND p.is_paid
-                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                AND p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
+            LEFT JOIN v ON v.purchase_date < b.bucket_end AND v.effective_end_time >= b.bucket_end
             GROUP BY 1, 2 ORDER BY 1
         $$
         """,
@@ -324,18 +342,27 @@ extension Migrations {
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, new_mrr numeric, resubscription_mrr numeric,
             churned_mrr numeric, net_mrr numeric, unconverted bigint)
         STABLE LANGUAGE sql AS $$
-            WITH moves AS (
-                SELECT b.bucket_start, b.bucket_end,
-                    CASE WHEN p.is_first_paid AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end THEN 'new'
-                        WHEN p.is_resubscription AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end THEN 'resubscription' END AS started,
-                    p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end AS churned,
-                    p.monthly_price * metric_exchange_rate(p.currency, p_currency, p.purchase_date) AS value
-                FROM metric_buckets(p_from, p_to, p_bucket) b
-                JOIN subscription_paid_periods p ON p.environment = p_environment
-                    AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+            WITH p AS MATERIALIZED (
+                SELECT p.purchase_date, p.churned_at, p.is_first_paid, p.is_resubscription, p.monthly_price AS amount, p.currency
+                FROM subscription_paid_periods p
+                WHERE p.environment = p_environment AND ((p.purchase_date >= p_from AND p.purchase_date < p_to)
+                    OR (p.churned_at >= p_from AND p.churned_at < p_to)) AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
                     AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                    AND ((p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end)
-                        OR (p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end))
+            ), rates AS (
+                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
+                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
+            ), v AS (
+                SELECT p.*, p.amount * r.rate AS value
+                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
+            ), moves AS (
+                SELECT b.bucket_start,
+                    CASE WHEN v.is_first_paid AND v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end THEN 'new'
+                        WHEN v.is_resubscription AND v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end THEN 'resubscription' END AS started,
+                    v.churned_at >= b.bucket_start AND v.churned_at < b.bucket_end AS churned,
+                    v.value
+                FROM metric_buckets(p_from, p_to, p_bucket) b
+                JOIN v ON (v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end)
+                    OR (v.churned_at >= b.bucket_start AND v.churned_at < b.bucket_end)
             )
             SELECT b.bucket_start, b.bucket_end, p_currency,
                 round(coalesce(sum(m.value) FILTER (WHERE m.started = 'new'), 0), 2),
@@ -343,7 +370,7 @@ extension Migrations {
                 round(coalesce(sum(m.value) FILTER (WHERE m.churned), 0), 2),
                 round(coalesce(sum(m.value) FILTER (WHERE m.started IS NOT NULL), 0) - coalesce(sum(m.value) FILTER (WHERE m.churned), 0), 2),
                 count(*) FILTER (WHERE m.value IS NULL AND (m.started IS NOT NULL OR m.churned))
-            FROM metric_buckets(p_from, p_to, p_bucket) b LEFT JOIN moves m USING (bucket_start, bucket_end)
+            FROM metric_buckets(p_from, p_to, p_bucket) b LEFT JOIN moves m USING (bucket_start)
             GROUP BY 1, 2 ORDER BY 1
         $$
         """,
@@ -354,17 +381,25 @@ extension Migrations {
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz, currency text, paid_periods bigint, refunded bigint, refund_rate numeric,
             refunded_amount numeric, unconverted bigint)
         STABLE LANGUAGE sql AS $$
-            SELECT b.bucket_start, b.bucket_end, p_currency, count(p.transaction_id), count(*) FILTER (WHERE p.is_refunded),
-                round(count(*) FILTER (WHERE p.is_refunded)::numeric / nullif(count(p.transaction_id), 0), 4),
-                round(coalesce(sum(p.price / 1000.0 * metric_exchange_rate(p.currency, p_currency, p.purchase_date)
-                    * coalesce(p.revocation_percentage, 100000) / 100000.0) FILTER (WHERE p.is_refunded), 0), 2),
-                count(*) FILTER (WHERE p.is_refunded AND metric_exchange_rate(p.currency, p_currency, p.purchase_date) IS NULL)
+            WITH p AS MATERIALIZED (
+                SELECT p.transaction_id, p.purchase_date, p.is_refunded, p.price / 1000.0 * coalesce(p.revocation_percentage, 100000) / 100000.0 AS amount,
+                    p.currency
+                FROM subscription_periods p
+                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+            ), rates AS (
+                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
+                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
+            ), v AS (
+                SELECT p.*, p.amount * r.rate AS value
+                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
+            )
+            SELECT b.bucket_start, b.bucket_end, p_currency, count(v.transaction_id), count(*) FILTER (WHERE v.is_refunded),
+                round(count(*) FILTER (WHERE v.is_refunded)::numeric / nullif(count(v.transaction_id), 0), 4),
+                round(coalesce(sum(v.value) FILTER (WHERE v.is_refunded), 0), 2),
+                count(*) FILTER (WHERE v.is_refunded AND v.value IS NULL)
             FROM metric_buckets(p_from, p_to, p_bucket) b
-            LEFT JOIN subscription_periods p
-                ON p.environment = p_environment AND p.is_paid
-                AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                AND (p_storefront IS NULL OR p.storefront = p_storefront)
-                AND p.purchase_date >= b.bucket_start AND p.purchase_date < b.bucket_end
+            LEFT JOIN v ON v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end
             GROUP BY 1, 2 ORDER BY 1
         $$
         """,

@@ -75,7 +75,7 @@ struct MetricsCommand: AsyncParsableCommand {
             for (index, piece) in pieces.enumerated() {
                 var part = query
                 (part.from, part.to) = piece
-                table.rows += try await store.metric(metric, part, statementTimeoutMilliseconds: timeout).rows
+                table.rows += try await store.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
                 if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
             }
             return table
