@@ -41,19 +41,7 @@ struct APIKeySecretTests {
 @Suite("pipelinectl api-keys against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
 struct APIKeysCommandTests {
     func pipelinectl(_ arguments: [String], database: String) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl")
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["POSTGRES_URL"] = database
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runPipelinectl(arguments, postgresURL: database, includeErrors: true)
     }
 
     @Test("create prints the key once, only its SHA-256 is stored, list never shows it, revoke ends it")

@@ -11,23 +11,7 @@ import Testing
 @Suite("pipelinectl archive against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
 struct ArchiveCommandTests {
     func pipelinectl(_ arguments: [String], database: String, input: String? = nil) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl")
-        process.arguments = arguments
-        var environment = ProcessInfo.processInfo.environment
-        environment["POSTGRES_URL"] = database
-        process.environment = environment
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        let stdin = Pipe()
-        process.standardInput = stdin
-        try process.run()
-        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
-        try stdin.fileHandleForWriting.close()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runPipelinectl(arguments, postgresURL: database, input: input)
     }
 
     @Test("show --raw prints the exact JWS from the compact archive and verify accepts it; --json says how it is stored; an unknown UUID exits 1")
