@@ -1,4 +1,22 @@
 extension Migrations {
+    /// The optional bundle, product and storefront filters of every metric, on the periods aliased `p`.
+    static let periodFilters = """
+        (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
+                            AND (p_storefront IS NULL OR p.storefront = p_storefront)
+        """
+
+    /// CTEs `rates` and `v`: the periods of CTE `p` with `value`, their `amount` in the reporting currency `p_currency`
+    /// (null when no rate is known), each rate looked up once per currency and day.
+    static let convertedAmounts = """
+        rates AS (
+                        SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
+                        FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
+                    ), v AS (
+                        SELECT p.*, p.amount * r.rate AS value
+                        FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
+                    )
+        """
+
     /// Migration 14: subscription metrics computed from our own rows, on RevenueCat's published definitions
     /// (docs/metrics.md holds each definition and the notification types that feed it).
     ///
@@ -207,8 +225,7 @@ extension Migrations {
             WITH p AS MATERIALIZED (
                 SELECT p.original_transaction_id, p.bundle_id, p.purchase_date, p.effective_end_time, p.is_paid, p.is_trial, p.is_family_shared
                 FROM subscription_periods p
-                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time > p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time > p_from AND \(periodFilters)
             )
             SELECT b.bucket_start, b.bucket_end,
                 count(DISTINCT (p.bundle_id, p.original_transaction_id)) FILTER (WHERE p.is_paid),
@@ -227,15 +244,8 @@ extension Migrations {
             WITH p AS MATERIALIZED (
                 SELECT p.transaction_id, p.purchase_date, p.effective_end_time, p.monthly_price AS amount, p.currency
                 FROM subscription_periods p
-                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date < p_to AND p.effective_end_time > p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
-            ), rates AS (
-                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
-                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
-            ), v AS (
-                SELECT p.*, p.amount * r.rate AS value
-                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
-            )
+                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date < p_to AND p.effective_end_time > p_from AND \(periodFilters)
+            ), \(convertedAmounts)
             SELECT b.bucket_start, b.bucket_end, p_currency, round(coalesce(sum(v.value), 0), 2), round(coalesce(sum(v.value), 0) * 12, 2),
                 count(v.transaction_id), count(v.transaction_id) FILTER (WHERE v.value IS NULL)
             FROM metric_buckets(p_from, p_to, p_bucket) b
@@ -252,17 +262,14 @@ extension Migrations {
             starts AS MATERIALIZED (
                 SELECT 'trial' AS kind, p.purchase_date FROM subscription_periods p
                 WHERE p.environment = p_environment AND p.is_trial AND NOT p.is_family_shared
-                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND \(periodFilters)
                 UNION ALL
                 SELECT 'paid', p.purchase_date FROM subscription_paid_periods p
                 WHERE p.environment = p_environment AND p.is_first_paid
-                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                    AND p.purchase_date >= p_from AND p.purchase_date < p_to AND \(periodFilters)
                 UNION ALL
                 SELECT 'family', min(p.purchase_date) FROM subscription_periods p
-                WHERE p.environment = p_environment AND p.is_family_shared AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                WHERE p.environment = p_environment AND p.is_family_shared AND \(periodFilters)
                 GROUP BY p.bundle_id, p.original_transaction_id
             )
             SELECT b.bucket_start, b.bucket_end, count(*) FILTER (WHERE s.kind = 'trial'), count(*) FILTER (WHERE s.kind = 'paid'),
@@ -311,8 +318,7 @@ extension Migrations {
             p AS MATERIALIZED (
                 SELECT p.bundle_id, p.original_transaction_id, p.purchase_date, p.effective_end_time, p.churned_at, p.is_resubscription
                 FROM subscription_paid_periods p
-                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time >= p_from AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
+                WHERE p.environment = p_environment AND p.purchase_date < p_to AND p.effective_end_time >= p_from AND \(periodFilters)
             ), active AS (
                 SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
                 FROM b JOIN p ON p.purchase_date < b.bucket_start AND p.effective_end_time >= b.bucket_start
@@ -346,15 +352,8 @@ extension Migrations {
                 SELECT p.purchase_date, p.churned_at, p.is_first_paid, p.is_resubscription, p.monthly_price AS amount, p.currency
                 FROM subscription_paid_periods p
                 WHERE p.environment = p_environment AND ((p.purchase_date >= p_from AND p.purchase_date < p_to)
-                    OR (p.churned_at >= p_from AND p.churned_at < p_to)) AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
-            ), rates AS (
-                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
-                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
-            ), v AS (
-                SELECT p.*, p.amount * r.rate AS value
-                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
-            ), moves AS (
+                    OR (p.churned_at >= p_from AND p.churned_at < p_to)) AND \(periodFilters)
+            ), \(convertedAmounts), moves AS (
                 SELECT b.bucket_start,
                     CASE WHEN v.is_first_paid AND v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end THEN 'new'
                         WHEN v.is_resubscription AND v.purchase_date >= b.bucket_start AND v.purchase_date < b.bucket_end THEN 'resubscription' END AS started,
@@ -385,15 +384,8 @@ extension Migrations {
                 SELECT p.transaction_id, p.purchase_date, p.is_refunded, p.price / 1000.0 * coalesce(p.revocation_percentage, 100000) / 100000.0 AS amount,
                     p.currency
                 FROM subscription_periods p
-                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date >= p_from AND p.purchase_date < p_to AND (p_bundle_id IS NULL OR p.bundle_id = p_bundle_id) AND (p_product_id IS NULL OR p.product_id = p_product_id)
-                    AND (p_storefront IS NULL OR p.storefront = p_storefront)
-            ), rates AS (
-                SELECT d.currency, d.day, metric_exchange_rate(d.currency, p_currency, d.day::timestamp AT TIME ZONE 'UTC') AS rate
-                FROM (SELECT DISTINCT p.currency, (p.purchase_date AT TIME ZONE 'UTC')::date AS day FROM p) d
-            ), v AS (
-                SELECT p.*, p.amount * r.rate AS value
-                FROM p LEFT JOIN rates r ON r.currency = p.currency AND r.day = (p.purchase_date AT TIME ZONE 'UTC')::date
-            )
+                WHERE p.environment = p_environment AND p.is_paid AND p.purchase_date >= p_from AND p.purchase_date < p_to AND \(periodFilters)
+            ), \(convertedAmounts)
             SELECT b.bucket_start, b.bucket_end, p_currency, count(v.transaction_id), count(*) FILTER (WHERE v.is_refunded),
                 round(count(*) FILTER (WHERE v.is_refunded)::numeric / nullif(count(v.transaction_id), 0), 4),
                 round(coalesce(sum(v.value) FILTER (WHERE v.is_refunded), 0), 2),

@@ -311,7 +311,7 @@ struct EntitlementCorrectnessTests {
         }
         let inOrder = try #require(deliver(Array(verified.indices)))
         #expect(inOrder.status == .refunded && inOrder.revocationDate == Self.at(50))
-        var generator = SplitMix(seed: 20_261_123)
+        var generator = SplitMix64(seed: 20_261_123)
         for _ in 0..<300 {
             var order = Array(verified.indices)
             order += order.filter { _ in generator.next() % 3 == 0 }  // duplicates
@@ -319,18 +319,5 @@ struct EntitlementCorrectnessTests {
             let state = deliver(order)
             #expect(state == inOrder, "delivery order \(order)")
         }
-    }
-}
-
-/// A small deterministic generator, so a failing order can be reproduced.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -18,23 +18,7 @@ struct EntitlementStoreTests {
 
     /// Runs `body` with a store on a database of its own (created for the test, migrated).
     func withStore(_ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
-        let url = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
-        let database = "test_" + TestServices.uniqueName("store").replacingOccurrences(of: "-", with: "_")
-        let admin = PostgresClient(configuration: try .init(url: url), backgroundLogger: Self.logger)
-        let base = try PostgresClient.Configuration(url: url)
-        var configuration = base
-        configuration.database = database
-        let client = PostgresClient(configuration: configuration, backgroundLogger: Self.logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await admin.run() }
-            group.addTask { await client.run() }
-            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: Self.logger)
-            let store = EntitlementStore(client: client, logger: Self.logger)
-            #expect(try await store.migrate() == Migrations.all.map(\.version))
-            #expect(try await store.migrate() == [], "a second migration run applies nothing")
-            try await body(store, client)
-            group.cancelAll()
-        }
+        try await withMigratedStore("store", logger: Self.logger, body)
     }
 
     let authority: TestCertificateAuthority

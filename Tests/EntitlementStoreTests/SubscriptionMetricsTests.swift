@@ -206,21 +206,9 @@ struct SubscriptionMetricsTests {
 
     /// A store on a database of its own (created for the test, migrated), with the book's rates loaded.
     func withStore(_ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
-        let url = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
-        let database = "test_" + TestServices.uniqueName("metrics").replacingOccurrences(of: "-", with: "_")
-        let admin = PostgresClient(configuration: try .init(url: url), backgroundLogger: Self.logger)
-        var configuration = try PostgresClient.Configuration(url: url)
-        configuration.database = database
-        let client = PostgresClient(configuration: configuration, backgroundLogger: Self.logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await admin.run() }
-            group.addTask { await client.run() }
-            try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: Self.logger)
-            let store = EntitlementStore(client: client, logger: Self.logger)
-            try await store.migrate()
+        try await withMigratedStore("metrics", logger: Self.logger) { store, client in
             #expect(try await store.loadExchangeRates(Self.rates) == 2)
             try await body(store, client)
-            group.cancelAll()
         }
     }
 
@@ -352,7 +340,7 @@ struct SubscriptionMetricsTests {
         }
         #expect(inOrder.count == SubscriptionMetric.allCases.count)
         for seed in [1, 2] {
-            var generator = SeededGenerator(seed: UInt64(seed))
+            var generator = SplitMix64(seed: UInt64(seed))
             let shuffled = records.shuffled(using: &generator)
             try await withStore { store, _ in
                 // Batches of up to 7, as a worker's polls would cut them, then the whole stream again (a replay).
@@ -369,18 +357,5 @@ struct SubscriptionMetricsTests {
                 }
             }
         }
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so a shuffle repeats.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
