@@ -15,6 +15,20 @@ public enum SubscriptionMetric: String, CaseIterable, Sendable {
     case refundRequests = "refund-requests"
     case retention
 
+    /// Other names a person may reach for (RevenueCat's chart names among them), each the metric whose columns
+    /// include that figure.
+    public static let aliases: [String: SubscriptionMetric] = [
+        "active": .activeSubscriptions, "active-trials": .activeSubscriptions, "arr": .mrr, "mrr-movements": .mrrMovement,
+        "new-trials": .newSubscriptions, "new-paid-subscriptions": .newSubscriptions, "trial-conversions": .trialConversion,
+        "churn-rate": .churn, "refund-rate": .refunds, "subscription-retention": .retention,
+    ]
+
+    /// The metric called `name` (its own name or an alias).
+    public init?(named name: String) {
+        guard let metric = SubscriptionMetric(rawValue: name) ?? Self.aliases[name] else { return nil }
+        self = metric
+    }
+
     /// The SQL function that computes it.
     public var function: String {
         switch self {

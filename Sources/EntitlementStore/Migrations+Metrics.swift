@@ -307,7 +307,8 @@ extension Migrations {
         $$
         """,
         // Churn: paid subscriptions active at the bucket's start whose paid access ended in the bucket with no paid
-        // period continuing it, over the paid subscriptions active at the start. Auto-renew off is not churn until
+        // period continuing it and that have not resubscribed by its end (RevenueCat: "active subscriptions lost in
+        // the period that have not yet resubscribed"), over the paid subscriptions active at the start. Auto-renew off is not churn until
         // the period ends; a billing retry without grace churns at expiry and a later recovery is a resubscription.
         """
         CREATE FUNCTION metric_churn(p_from timestamptz, p_to timestamptz, p_bucket text, p_environment text,
@@ -322,9 +323,14 @@ extension Migrations {
             ), active AS (
                 SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
                 FROM b JOIN p ON p.purchase_date < b.bucket_start AND p.effective_end_time >= b.bucket_start
+            ), active_at_end AS (
+                SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
+                FROM b JOIN p ON p.purchase_date < b.bucket_end AND p.effective_end_time >= b.bucket_end
             ), churned AS (
                 SELECT DISTINCT b.bucket_start, p.bundle_id, p.original_transaction_id
                 FROM b JOIN p ON p.churned_at >= b.bucket_start AND p.churned_at < b.bucket_end
+                EXCEPT
+                SELECT bucket_start, bundle_id, original_transaction_id FROM active_at_end
             ), counts AS (
                 SELECT a.bucket_start, count(*) AS active, count(c.original_transaction_id) AS churned
                 FROM active a LEFT JOIN churned c USING (bucket_start, bundle_id, original_transaction_id)

@@ -9,7 +9,8 @@ struct MetricsCommand: AsyncParsableCommand {
         commandName: "metrics",
         abstract: "Subscription metrics (active subscriptions, MRR, churn, trial conversion, refunds, retention) from the pipeline's own data.",
         discussion: """
-            NAME is one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", ")).
+            NAME is one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", ")) (also known as:
+            \(SubscriptionMetric.aliases.keys.sorted().joined(separator: ", "))).
             --from and --to are UTC days (YYYY-MM-DD, --to included) or ISO 8601 instants (--to excluded). Buckets are UTC
             (weeks start on Monday); the first and last are clipped to the range. Production and Sandbox are never mixed.
             Money is gross, in --currency, converted with `pipelinectl exchange-rates load`; a period with no rate is
@@ -32,7 +33,7 @@ struct MetricsCommand: AsyncParsableCommand {
     @Flag(help: "Print CSV with a header row.") var csv = false
 
     func validate() throws {
-        guard SubscriptionMetric(rawValue: name) != nil else {
+        guard SubscriptionMetric(named: name) != nil else {
             throw ValidationError("unknown metric \(UntrustedText.quoted(name)); one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         guard MetricBucket(rawValue: bucket) != nil else { throw ValidationError("--bucket must be day, week, month, quarter or year") }
@@ -59,7 +60,7 @@ struct MetricsCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let metric = SubscriptionMetric(rawValue: name)!
+        let metric = SubscriptionMetric(named: name)!
         let bucket = MetricBucket(rawValue: bucket)!
         let (start, end) = try range()
         // Long ranges are asked for in pieces of whole buckets, so a progress line can follow them (the figures are

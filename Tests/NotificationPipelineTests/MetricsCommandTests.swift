@@ -56,6 +56,9 @@ struct MetricsCommandTests {
         let table = try runPipelinectl(["metrics", "active-subscriptions", "--from", "2026-01-01", "--to", "2026-01-02", "--bucket", "day"], postgresURL: database)
         #expect(table.output.split(separator: "\n").first?.split(separator: " ") == ["bucket_start", "bucket_end", "active_paid", "active_trials", "active_family_shared"])
         // A long range is asked for in pieces; the buckets are the same as in one query.
+        // RevenueCat's chart names work too.
+        let alias = try runPipelinectl(["metrics", "refund-rate", "--from", "2026-01-01", "--to", "2026-01-31", "--csv"], postgresURL: database)
+        #expect(alias.output.hasPrefix("bucket_start,bucket_end,currency,paid_periods,refunded,refund_rate"), "\(alias.output)")
         let year = try runPipelinectl(["metrics", "new-subscriptions", "--from", "2024-01-01", "--to", "2025-12-31", "--csv"], postgresURL: database)
         #expect(year.output.split(separator: "\n").count == 25 && year.output.contains("2024-12-01T00:00:00Z,2025-01-01T00:00:00Z"))
     }
