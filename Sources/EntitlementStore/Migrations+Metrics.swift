@@ -209,9 +209,10 @@ extension Migrations {
         """
         CREATE FUNCTION metric_buckets(p_from timestamptz, p_to timestamptz, p_bucket text)
         RETURNS TABLE (bucket_start timestamptz, bucket_end timestamptz) STABLE LANGUAGE sql SET timezone TO 'UTC' AS $$
-            SELECT GREATEST(b, p_from), LEAST(b + ('1 ' || p_bucket)::interval, p_to)
-            FROM generate_series(date_trunc(p_bucket, p_from, 'UTC'), p_to - interval '1 microsecond', ('1 ' || p_bucket)::interval) AS b
-            WHERE p_bucket IN ('day', 'week', 'month', 'quarter', 'year') AND p_from < p_to
+            SELECT GREATEST(b, p_from), LEAST(b + step, p_to)
+            FROM (SELECT CASE p_bucket WHEN 'quarter' THEN interval '3 months' ELSE ('1 ' || p_bucket)::interval END AS step
+                  WHERE p_bucket IN ('day', 'week', 'month', 'quarter', 'year') AND p_from < p_to) s
+            CROSS JOIN generate_series(date_trunc(p_bucket, p_from, 'UTC'), p_to - interval '1 microsecond', s.step) AS b
         $$
         """,
 

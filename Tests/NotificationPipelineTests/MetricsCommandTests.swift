@@ -56,6 +56,12 @@ struct MetricsCommandTests {
         let table = try runPipelinectl(["metrics", "active-subscriptions", "--from", "2026-01-01", "--to", "2026-01-02", "--bucket", "day"], postgresURL: database)
         #expect(table.output.split(separator: "\n").first?.split(separator: " ") == ["bucket_start", "bucket_end", "active_paid", "active_trials", "active_family_shared"])
         // A long range is asked for in pieces; the buckets are the same as in one query.
+        // Every bucket size (a quarter is three months: PostgreSQL has no '1 quarter' interval).
+        for (bucket, rows) in [("day", 90), ("week", 14), ("month", 3), ("quarter", 1), ("year", 1)] {
+            let run = try runPipelinectl(["metrics", "active-subscriptions", "--from", "2026-01-01", "--to", "2026-03-31", "--bucket", bucket, "--csv"],
+                                         postgresURL: database, includeErrors: true)
+            #expect(run.status == 0 && run.output.split(separator: "\n").count == rows + 1, "\(bucket): \(run.output)")
+        }
         // RevenueCat's chart names work too.
         let alias = try runPipelinectl(["metrics", "refund-rate", "--from", "2026-01-01", "--to", "2026-01-31", "--csv"], postgresURL: database)
         #expect(alias.output.hasPrefix("bucket_start,bucket_end,currency,paid_periods,refunded,refund_rate"), "\(alias.output)")
