@@ -153,7 +153,8 @@ print_env() {
     echo "export LD_LIBRARY_PATH=$venv/librdkafka\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
     echo "export PIPELINE_TANSU_BIN=$tansu_bin"
     echo "export PIPELINE_PG_BIN=$pg_bin"
-    echo "export PIPELINE_MOTO_BIN=$venv/bin/moto_server"
+    # tansu's s3:// storage for brokers that must keep their state across a kill -9 (tests, scripts/chaos.py).
+    echo "export PIPELINE_OBJECT_STORE_BIN=$root/scripts/object-store.py"
 }
 
 case "${1:-}" in

@@ -218,7 +218,8 @@ public struct PrivatePostgresError: Error, CustomStringConvertible {
 
 /// A tansu broker of the test's own, which the test may kill and restart (fault tests).
 ///
-/// Persistent brokers store into tansu's s3 engine on a loopback moto server of their own, so topics, records,
+/// Persistent brokers store into tansu's s3 engine on a loopback object store of their own
+/// (`scripts/object-store.py`, a small S3 in memory), so topics, records,
 /// group offsets and idempotent-producer state survive a kill, as they do on a real Kafka cluster; others keep
 /// everything in memory and lose it on restart.
 public final class PrivateKafkaBroker: @unchecked Sendable {
@@ -230,13 +231,15 @@ public final class PrivateKafkaBroker: @unchecked Sendable {
     private var objectStore: Process?
     private var objectStorePort = 0
 
-    /// Nil when the tansu (or, for a persistent broker, moto) binary is unknown: `PIPELINE_TANSU_BIN` and
-    /// `PIPELINE_MOTO_BIN` are set by `scripts/services.sh env`.
+    /// Nil when the tansu binary (or, for a persistent broker, the object store) is unknown: `PIPELINE_TANSU_BIN`
+    /// and `PIPELINE_OBJECT_STORE_BIN` are set by `scripts/services.sh env`.
     public init?(persistent: Bool = false) {
         let environment = ProcessInfo.processInfo.environment
         guard let binary = environment["PIPELINE_TANSU_BIN"], FileManager.default.isExecutableFile(atPath: binary) else { return nil }
         if persistent {
-            guard let moto = environment["PIPELINE_MOTO_BIN"], FileManager.default.isExecutableFile(atPath: moto) else { return nil }
+            guard let store = environment["PIPELINE_OBJECT_STORE_BIN"], FileManager.default.isExecutableFile(atPath: store) else {
+                return nil
+            }
         }
         self.binary = binary
         self.persistent = persistent
@@ -271,10 +274,10 @@ public final class PrivateKafkaBroker: @unchecked Sendable {
     }
 
     private func startObjectStore() throws {
-        guard let moto = ProcessInfo.processInfo.environment["PIPELINE_MOTO_BIN"] else { return }
+        guard let store = ProcessInfo.processInfo.environment["PIPELINE_OBJECT_STORE_BIN"] else { return }
         objectStorePort = TestServices.freePort()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: moto)
+        process.executableURL = URL(fileURLWithPath: store)
         process.arguments = ["-p", String(objectStorePort)]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

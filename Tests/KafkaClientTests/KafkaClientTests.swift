@@ -135,8 +135,8 @@ struct KafkaClientTests {
     @Test("sendAndAwait fails retriably within its timeout while the broker is down, and works again after")
     func brokerDown() async throws {
         _ = try requireKafka()
-        // A broker that keeps its state across the kill, like a real cluster (s3 storage on a loopback moto).
-        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_MOTO_BIN not set (scripts/services.sh env)")
+        // A broker that keeps its state across the kill, like a real cluster (s3 storage on a loopback object store).
+        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try broker.start()
         let topic = TestServices.uniqueName("topic")
         let producer = try testProducer(

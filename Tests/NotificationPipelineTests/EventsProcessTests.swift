@@ -232,7 +232,7 @@ struct EventsProcessTests {
     func brokerOutage() async throws {
         _ = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
         let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
-        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_MOTO_BIN not set (scripts/services.sh env)")
+        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try broker.start()
         defer { broker.kill() }
         let fixture = try WorkerProcessFixture(bootstrap: broker.bootstrapServers)

@@ -99,7 +99,7 @@ struct IngestTests {
     @Test("broker down: 503 with Retry-After within the produce timeout; back up: 200 again without a restart")
     func brokerDown() async throws {
         _ = try bootstrap()
-        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_MOTO_BIN not set (scripts/services.sh env)")
+        let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try broker.start()
         let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeoutMilliseconds = 2_000 }
         let connection = HTTPTestConnection(port: ingest.port)
