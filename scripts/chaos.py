@@ -4,7 +4,7 @@
     .venv/bin/python3 scripts/chaos.py [--notifications 20000] [--seed 1] [--faults 24] [--duration 150] [--bin DIR]
 
 Independent of pipelinectl's own checks: it starts its own PostgreSQL cluster, its own tansu broker (storing into
-an object store, so a restart keeps topics, records and group offsets), ingest, two workers (each with its events
+scripts/object-store.py, a small S3 of our own, so a restart keeps topics, records and group offsets), ingest, two workers (each with its events
 relay), the webhooks service and a webhook receiver, all on loopback. It mints lifecycles (scripts' demo minter:
 a test root made for this run), adds 10 % duplicates and 1 % forged copies, and POSTs them to ingest from
 concurrent senders, retrying every non-200 and every broken connection as Apple does, until each got a 200. While
@@ -22,8 +22,9 @@ At the end it checks, and exits 1 with the first differing rows on any violation
   3. the dead-letter topic holds exactly the forged bodies, one letter per record of them in the notifications
      topic (after deduplication by original position, as `pipelinectl dlq list` does), and nothing else;
   4. the events topic, deduplicated by ce_id, is exactly the outbox, and each subscription's sequence runs 1…n
-     without a gap;
-  5. every event reached the webhook receiver with a valid Standard Webhooks signature.
+     without a gap; an event the relay marked published (only on an acknowledgement with an offset) that the topic
+     does not hold is the broker's loss, reported and, with `--broker-losses discount`, discounted;
+  5. every event the topic holds reached the webhook receiver with a valid Standard Webhooks signature.
 It prints the faults injected, notifications, 200s, retries and time. A seed makes the stream's shape and the
 fault schedule repeatable (the signatures differ: each run mints a new root).
 """

@@ -32,7 +32,12 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from xml.sax.saxutils import escape
 
 LOCK = threading.Lock()
-BUCKETS = {}  # name -> {"objects": {key: (body, etag, mtime)}, "keys": sorted list of keys}
+BUCKETS = {}  # name -> {"objects": {key: (body, etag, mtime, listing entry)}, "keys": sorted list of keys}
+# tansu lists a partition's whole records/ prefix for every fetch, without start-after: the listing's cost is what
+# bounds a consumer deep in a topic. Each object's <Contents> entry is made once, when it is stored, and a listing
+# only joins them; without max-keys a page holds up to PAGE keys (S3 stops at 1 000; clients follow IsTruncated
+# whatever the page size), so a fetch costs one request, not one per thousand records before its offset.
+PAGE = 100_000
 NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 
 
@@ -108,10 +113,12 @@ class Handler(BaseHTTPRequestHandler):
             current = store["objects"].get(key)
             if self.unmet(current):
                 return self.error(412, "PreconditionFailed", "At least one of the preconditions you specified did not hold.")
-            etag = '"' + hashlib.md5(data).hexdigest() + '"'
+            etag, mtime = '"' + hashlib.md5(data).hexdigest() + '"', time.time()
             if current is None:
                 bisect.insort(store["keys"], key)
-            store["objects"][key] = (data, etag, time.time())
+            entry = (f"<Contents><Key>{escape(key)}</Key><LastModified>{iso(mtime)}</LastModified><ETag>{escape(etag)}</ETag>"
+                     f"<Size>{len(data)}</Size><StorageClass>STANDARD</StorageClass></Contents>")
+            store["objects"][key] = (data, etag, mtime, entry)
         self.answer(200, headers={"ETag": etag})
 
     def do_GET(self):
@@ -128,7 +135,7 @@ class Handler(BaseHTTPRequestHandler):
         status = self.unmet(current)
         if status:
             return self.answer(status) if status == 304 else self.error(412, "PreconditionFailed", key)
-        data, etag, mtime = current
+        data, etag, mtime, _ = current
         headers = {"ETag": etag, "Last-Modified": formatdate(mtime, usegmt=True), "Accept-Ranges": "bytes"}
         wanted = self.headers.get("range")
         if wanted and wanted.startswith("bytes="):
@@ -177,7 +184,7 @@ class Handler(BaseHTTPRequestHandler):
         first = lambda name, default="": query.get(name, [default])[0]
         prefix, delimiter = first("prefix"), first("delimiter")
         after = max(first("start-after"), unquote(first("continuation-token")))
-        limit = int(first("max-keys", "1000"))
+        limit = int(first("max-keys", str(PAGE)))
         contents, prefixes, truncated, last = [], [], False, ""
         with LOCK:
             store = BUCKETS.get(bucket)
@@ -203,8 +210,7 @@ class Handler(BaseHTTPRequestHandler):
                     # skip every key under this common prefix
                     index = bisect.bisect_left(keys, common[:-1] + chr(ord(delimiter[-1]) + 1))
                     continue
-                data, etag, mtime = store["objects"][key]
-                contents.append((key, len(data), etag, mtime))
+                contents.append(store["objects"][key][3])
                 last = key
                 index += 1
         parts = [f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="{NAMESPACE}">',
@@ -212,9 +218,7 @@ class Handler(BaseHTTPRequestHandler):
                  f"<MaxKeys>{limit}</MaxKeys><IsTruncated>{'true' if truncated else 'false'}</IsTruncated>"]
         if delimiter:
             parts.append(f"<Delimiter>{escape(delimiter)}</Delimiter>")
-        for key, size, etag, mtime in contents:
-            parts.append(f"<Contents><Key>{escape(key)}</Key><LastModified>{iso(mtime)}</LastModified><ETag>{escape(etag)}</ETag>"
-                         f"<Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>")
+        parts.extend(contents)
         for common in prefixes:
             parts.append(f"<CommonPrefixes><Prefix>{escape(common)}</Prefix></CommonPrefixes>")
         if truncated:

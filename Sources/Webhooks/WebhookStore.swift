@@ -245,14 +245,20 @@ public struct WebhookStore: Sendable {
         // Candidates: chain heads that are due, ranked per endpoint, so that with what the endpoint already has
         // in flight (leased, any process) it never gets more than `perEndpoint`. The locking SELECT repeats the
         // lease condition: PostgreSQL re-checks it on a row another process claimed meanwhile, and skips it.
+        // What is in flight is counted once per endpoint (`in_flight`), not once per candidate: a correlated
+        // count there scanned the endpoint's whole backlog for each of its rows, and with 7 800 pending deliveries
+        // (the chaos run's backlog after a webhooks kill) one lease query took 22 s instead of 44 ms.
         let rows = try await client.query(
             """
-            WITH candidates AS (
+            WITH in_flight AS (
+                SELECT endpoint_id, count(*) AS leased FROM webhook_deliveries
+                WHERE status = 'pending' AND leased_until > now() GROUP BY endpoint_id
+            ), candidates AS (
                 SELECT d.id, row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.id) AS rank,
-                    (SELECT count(*) FROM webhook_deliveries l
-                     WHERE l.endpoint_id = d.endpoint_id AND l.status = 'pending' AND l.leased_until > now()) AS in_flight
+                    coalesce(f.leased, 0) AS in_flight
                 FROM webhook_deliveries d
                 JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+                LEFT JOIN in_flight f ON f.endpoint_id = d.endpoint_id
                 WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
                     AND NOT EXISTS (
                         SELECT 1 FROM webhook_deliveries earlier
