@@ -80,39 +80,56 @@ public struct OutboxRelay: Service {
         }
     }
 
+    /// The longest a round may take: every record's delivery timeout (twice: a round's records are queued at once
+    /// but may be retried) and a minute for its three statements. Past it the round is abandoned and counted as a
+    /// failed one: its rows stay unpublished and go again next round with the same ids. Found by the chaos run:
+    /// after a broker kill and a PostgreSQL crash close together, the relays of both workers stopped for good,
+    /// with no transaction open in PostgreSQL, nothing failed and nothing logged: a round was waiting on a step
+    /// that never answered (a query on a connection the server dropped can; `withDeadline`).
+    /// The acknowledgements have a deadline of their own, so that a round that timed out says which part hung.
+    var roundTimeout: Duration { acknowledgementTimeout + .seconds(60) }
+    var acknowledgementTimeout: Duration { .milliseconds(2 * producer.configuration.deliveryTimeoutMilliseconds) }
+
     /// One round: nil when another relay is elected.
     public func relayOnce() async throws -> (published: Int, full: Bool)? {
-        let topic = configuration.topic
-        let producer = producer
-        let metrics = metrics
-        let logger = logger
-        return try await store.relayOutbox(limit: configuration.relayBatchSize) { events in
-            let results = await producer.sendInOrderAndAwait(events.map { CloudEventRecord.message($0, topic: topic) })
-            var blocked: Set<String> = []
-            var published: [Int64] = []
-            var firstError: KafkaError?
-            for (event, result) in zip(events, results) {
-                switch result {
-                case .success(let report) where report.offset < 0:
-                    // An acknowledgement without an offset ("a duplicate of a send I already have") is not proof: a
-                    // broker that lost the record but kept its sequence state answers the same (tansu after a kill -9,
-                    // found by scripts/chaos.py; ingest refuses such acks too). Sent again next round, same id.
-                    blocked.insert(event.subject)
-                    metrics.unprovenAcknowledgements.increment()
-                    logger.warning("the broker acknowledged an event without an offset; it is sent again next round", metadata: ["event": "\(event.eventId)", "partition": "\(report.partition)"])
-                case .success where !blocked.contains(event.subject):
-                    published.append(event.rowId)
-                case .success:
-                    break
-                case .failure(let error):
-                    blocked.insert(event.subject)
-                    firstError = firstError ?? error
-                }
+        let store = store
+        let limit = configuration.relayBatchSize
+        let acknowledgementTimeout = acknowledgementTimeout
+        return try await withDeadline(roundTimeout, "an events relay round (its database statements)") { [self] in
+            try await store.relayOutbox(limit: limit) { events in
+                try await withDeadline(acknowledgementTimeout, "the broker's acknowledgements of \(events.count) events") { try await self.publish(events) }
             }
-            metrics.published.increment(by: Int64(published.count))
-            if published.isEmpty, let firstError { throw firstError }
-            return published
         }
+    }
+
+    /// Sends a round's events in order and answers which rows may be marked published.
+    func publish(_ events: [OutboxEvent]) async throws -> [Int64] {
+        let topic = configuration.topic
+        let results = await producer.sendInOrderAndAwait(events.map { CloudEventRecord.message($0, topic: topic) })
+        var blocked: Set<String> = []
+        var published: [Int64] = []
+        var firstError: KafkaError?
+        for (event, result) in zip(events, results) {
+            switch result {
+            case .success(let report) where report.offset < 0:
+                // An acknowledgement without an offset ("a duplicate of a send I already have") is not proof: a
+                // broker that lost the record but kept its sequence state answers the same (tansu after a kill -9,
+                // found by scripts/chaos.py; ingest refuses such acks too). Sent again next round, same id.
+                blocked.insert(event.subject)
+                metrics.unprovenAcknowledgements.increment()
+                logger.warning("the broker acknowledged an event without an offset; it is sent again next round", metadata: ["event": "\(event.eventId)", "partition": "\(report.partition)"])
+            case .success where !blocked.contains(event.subject):
+                published.append(event.rowId)
+            case .success:
+                break
+            case .failure(let error):
+                blocked.insert(event.subject)
+                firstError = firstError ?? error
+            }
+        }
+        metrics.published.increment(by: Int64(published.count))
+        if published.isEmpty, let firstError { throw firstError }
+        return published
     }
 }
 

@@ -74,7 +74,7 @@ public final class NotificationWorker: Service, Sendable {
         if configuration.migrateAtStart {
             // The database may come up after us (compose, Kubernetes): retry until it answers.
             guard await untilDurable("migrations", pausing: false, {
-                let applied = try await Self.withDeadline(configuration.storeTimeout * 4, "applying migrations") { [store] in try await store.migrate() }
+                let applied = try await withDeadline(configuration.storeTimeout * 4, "applying migrations") { [store] in try await store.migrate() }
                 logger.info("schema ready", metadata: ["applied": "\(applied)", "version": "\(Migrations.all.last?.version ?? 0)"])
             }) else { return }
         }
@@ -183,7 +183,7 @@ public final class NotificationWorker: Service, Sendable {
         guard await untilDurable("dead letters", {
             if !checkedRecorded {
                 let positions = pendingDeadLetters.map(\.record.position)
-                let recorded = try await Self.withDeadline(configuration.storeTimeout, "reading dead-letter positions") { [store] in
+                let recorded = try await withDeadline(configuration.storeTimeout, "reading dead-letter positions") { [store] in
                     try await store.deadLetteredPositions(among: positions)
                 }
                 pendingDeadLetters.removeAll { recorded.contains($0.record.position) }
@@ -220,7 +220,7 @@ public final class NotificationWorker: Service, Sendable {
                 // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
                 // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
                 // committed just as its deadline passed is harmless: the retry finds every notification in the ledger.
-                let result = try await Self.withDeadline(configuration.storeTimeout, "storing the batch") { [store, remaining, positionsToRecord] in
+                let result = try await withDeadline(configuration.storeTimeout, "storing the batch") { [store, remaining, positionsToRecord] in
                     try await store.store(remaining, deadLettered: positionsToRecord)
                 }
                 metrics.records("applied", result.applied)
@@ -297,29 +297,6 @@ public final class NotificationWorker: Service, Sendable {
                 logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(UntrustedText.escaped(String(describing: error), limit: 400))")
                 try? await Task.sleep(for: backoff)
             }
-        }
-    }
-
-    /// `body`'s result, or `StepTimedOut` after `limit`. Returns at the deadline even if `body` ignores
-    /// cancellation (a query on a connection the server dropped may): `body` is cancelled and left to finish on its
-    /// own, which is harmless because storing is idempotent (ledger, forward-only state).
-    static func withDeadline<T: Sendable>(_ limit: Duration, _ what: String, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        let race = DeadlineRace<T>()
-        return try await withCheckedThrowingContinuation { continuation in
-            race.continuation.withLock { $0 = continuation }
-            let work = Task {
-                let result: Result<T, any Error>
-                do { result = .success(try await body()) } catch { result = .failure(error) }
-                race.continuation.withLock { $0.take() }?.resume(with: result)
-                race.timer.withLock { $0 }?.cancel()
-            }
-            let timer = Task {
-                try? await Task.sleep(for: limit)
-                guard !Task.isCancelled, let continuation = race.continuation.withLock({ $0.take() }) else { return }
-                work.cancel()
-                continuation.resume(throwing: StepTimedOut(step: what, limit: limit))
-            }
-            race.timer.withLock { $0 = timer }
         }
     }
 
@@ -407,7 +384,7 @@ public final class NotificationWorker: Service, Sendable {
         guard !records.isEmpty else { return ([], []) }
         let failure: StoreFailure
         do {
-            try await Self.withDeadline(configuration.storeTimeout, "probing part of a refused batch") { [store, records] in try await store.probe(records) }
+            try await withDeadline(configuration.storeTimeout, "probing part of a refused batch") { [store, records] in try await store.probe(records) }
             return (records, [])
         } catch {
             failure = StoreFailure(error)
@@ -448,15 +425,3 @@ final class HealthFlag: Sendable {
     func set(_ value: Bool) { storage.store(value, ordering: .relaxed) }
 }
 
-/// A step that did not finish in time (the database unreachable, its pool waiting for a connection): transient.
-struct StepTimedOut: Error, CustomStringConvertible {
-    var step: String
-    var limit: Duration
-    var description: String { "\(step) took longer than \(limit) (database unreachable?)" }
-}
-
-/// Who answers first in `withDeadline`: the work or the timer.
-private final class DeadlineRace<T: Sendable>: Sendable {
-    let continuation = Mutex<CheckedContinuation<T, any Error>?>(nil)
-    let timer = Mutex<Task<Void, Never>?>(nil)
-}
