@@ -41,6 +41,13 @@ final class BackfillScene: @unchecked Sendable {
 
     func startIngest() async throws {
         let ingest = try await RunningIngest.start(bootstrap: fixture.bootstrap, topic: fixture.topic)
+        // Ready as a deployment would be before taking traffic: its producer has reached the broker. Without this
+        // the first send after a restart also paid for the connection and the metadata, and on a loaded machine
+        // (a fresh-clone CI run beside a benchmark) took longer than the fake's 10 s: counted as failed by "Apple"
+        // though ingest stored it, which the backfill then rightly found already in the ledger.
+        var reachable = false
+        for _ in 0..<30 where !reachable { reachable = await ingest.producer.checkBrokerReachable() }
+        #expect(reachable, "ingest's producer did not reach the broker")
         self.ingest = ingest
         apple.fake.setIngestURL("http://127.0.0.1:\(ingest.port)/v2/notifications")
     }

@@ -161,7 +161,9 @@ struct DeploymentConsistencyTests {
             #expect(megabytes >= peak * 1.5 + queue, "\(file): limit \(limit) below 1.5 x the measured \(peak) MB + the \(queue) MB queue")
         }
         // The queue bounds the figures assume are the ones the processes configure.
-        #expect(KafkaConsumerConfiguration(client: .init(bootstrapServers: ["x"]), groupId: "g").maximumPrefetchKilobytes / 1024 == Int((figures["worker"] as? [String: Any])?["librdkafkaQueueMegabytes"] as? Double ?? 0))
+        // The worker's pre-fetch follows its batch size (WorkerConfiguration.consumerConfiguration), rounded up.
+        let workerPrefetch = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "c")).consumerConfiguration.maximumPrefetchKilobytes
+        #expect((workerPrefetch + 1023) / 1024 == Int((figures["worker"] as? [String: Any])?["librdkafkaQueueMegabytes"] as? Double ?? 0))
         #expect(KafkaProducerConfiguration(client: .init(bootstrapServers: ["x"])).maximumQueuedKilobytes / 1024 == Int((figures["ingest"] as? [String: Any])?["librdkafkaQueueMegabytes"] as? Double ?? 0))
     }
 
