@@ -2,6 +2,7 @@
 """The chaos run: the whole pipeline under combined faults at random moments, checked end to end (docs/chaos.md).
 
     .venv/bin/python3 scripts/chaos.py [--notifications 20000] [--seed 1] [--faults 24] [--duration 150] [--bin DIR]
+        [--broker-losses fail|discount]   (discount on the bundled tansu: see docs/chaos.md)
 
 Independent of pipelinectl's own checks: it starts its own PostgreSQL cluster, its own tansu broker (storing into
 scripts/object-store.py, a small S3 of our own, so a restart keeps topics, records and group offsets), ingest, two workers (each with its events
