@@ -663,9 +663,11 @@ def main():
                 violations.append(loss)
             else:
                 log(loss + " -- the broker's loss, discounted (--broker-losses discount)")
-        if missing - published or set(events) - set(outbox):
+        differing = [event_id for event_id in set(events) & set(outbox) if events[event_id] != outbox[event_id]]
+        if missing - published or set(events) - set(outbox) or differing:
             violations.append(f"the events topic ({len(events)} distinct ids) is not the outbox ({len(outbox)} events): "
-                              f"{len(missing - published)} never published, {len(set(events) - set(outbox))} unknown")
+                              f"{len(missing - published)} never published, {len(set(events) - set(outbox))} unknown, "
+                              f"{len(differing)} with another subject or sequence")
         sequences = collections.defaultdict(list)
         for subject, sequence in list(events.values()) + [outbox[event_id] for event_id in events_lost_by_broker]:
             sequences[subject].append(sequence)
