@@ -16,7 +16,8 @@ import Glibc
 /// filled while the bench holds the relay's election lock, then timed until every event is published).
 ///
 /// Usage: worker-bench BOOTSTRAP POSTGRES_URL [N]. The workers inherit the bench's environment (e.g.
-/// `MALLOC_ARENA_MAX`, `KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES`, `WORKER_BATCH_SIZE`). Fills a fresh topic with N realistic notifications (subscription
+/// `MALLOC_ARENA_MAX`, `KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES`, `WORKER_BATCH_SIZE`); without them they run
+/// with the service's defaults. Fills a fresh topic with N realistic notifications (subscription
 /// lifecycles, ≈10 % duplicates), then for each pool size starts the release `worker` binary (`ChildProcess.pipelineBinary`) on
 /// a fresh database and consumer group and waits until the group has committed the whole topic.
 @main
@@ -37,8 +38,6 @@ struct WorkerBench {
             return logger
         }()
         let cores = ProcessInfo.processInfo.activeProcessorCount
-        // The workers' batch size: the service's default unless WORKER_BATCH_SIZE says otherwise (memory runs).
-        let batchSize = ProcessInfo.processInfo.environment["WORKER_BATCH_SIZE"] ?? "500"
         let work = NSTemporaryDirectory() + "worker-bench-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: work) }
@@ -150,7 +149,7 @@ struct WorkerBench {
                 processes.append(try await ChildProcess.startWorker(binary: binary, environment: [
                     "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "WORKER_GROUP_ID": group, "POSTGRES_URL": databaseURL,
                     "APPS": "\(minter.bundleId):\(minter.appAppleId)", "TRUSTED_ROOTS": work + "/root.pem", "LOG_LEVEL": "error",
-                    "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()), "WORKER_BATCH_SIZE": batchSize,
+                    "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()),
                     "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "500",
                     "EVENTS_ENABLED": String(events), "EVENTS_TOPIC": topic + ".events",
                 ], logFile: work + "/worker-\(workers)-\(index).log"))
