@@ -142,41 +142,68 @@ struct BackfillProcessTests {
         let payloads = NotificationMinter.lifecycleEvents(subscriptions: 24).map(reference.fixture.minter.signedNotification)
         let third = payloads.count / 3
 
-        // Undisturbed: every send reaches ingest.
+        // Undisturbed: every notification reaches ingest; a send a loaded machine answers too late for "Apple" is
+        // sent again, as Apple retries.
         try await reference.startIngest()
-        for payload in payloads { #expect(await reference.apple.fake.send(payload) == .success) }
+        for payload in payloads {
+            var result = await reference.apple.fake.send(payload)
+            for _ in 0..<3 where result != .success { result = await reference.apple.fake.send(payload) }
+            #expect(result == .success)
+        }
         #expect(try await TestDatabase.waitForLedger(reference.database, count: payloads.count), "undisturbed run\n\(reference.fixture.logTail())")
         #expect(try await reference.fixture.waitForLag(group: reference.group))
         let expected = try await reference.digest()
         await reference.finish()
 
-        // Disturbed: ingest is down for the middle third; Apple records those attempts as failed.
+        // Disturbed: ingest is down for the middle third; Apple records those attempts as failed. While ingest is
+        // up, a send may still fail for "Apple" (its 10 s equal ingest's produce timeout; on a shared 2-core CI
+        // machine a produce has taken that long, fresh-clone CI on 0fc018f): Apple then lists it as failed too,
+        // whether or not the broker stored it in the end, and the backfill must fetch it and find it in the ledger
+        // if it was. The counts below are derived from what "Apple" recorded and what the ledger holds, not assumed.
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, sharing: reference.fixture)
+        var lateWhileUp: [String] = []
+        func sendWhileUp(_ index: Int) async {
+            let started = ContinuousClock.now
+            let result = await scene.apple.fake.send(payloads[index])
+            if result != .success { lateWhileUp.append("#\(index): \(result) after \(ContinuousClock.now - started)") }
+        }
         try await scene.startIngest()
-        for payload in payloads[..<third] { #expect(await scene.apple.fake.send(payload) == .success) }
+        for index in 0..<third { await sendWhileUp(index) }
         try await scene.stopIngest()
         for payload in payloads[third..<(2 * third)] { #expect(await scene.apple.fake.send(payload) == .socketIssue) }
         try await scene.startIngest()
-        for payload in payloads[(2 * third)...] { #expect(await scene.apple.fake.send(payload) == .success) }
-        #expect(try await TestDatabase.waitForLedger(scene.database, count: payloads.count - third, timeout: .seconds(60)))
+        for index in (2 * third)..<payloads.count { await sendWhileUp(index) }
+        if !lateWhileUp.isEmpty { print("[backfill outage test] sends that failed for \"Apple\" while ingest was up: \(lateWhileUp)") }
+        #expect(lateWhileUp.count < third, "most sends to a running ingest succeed: \(lateWhileUp)")
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: payloads.count - third - lateWhileUp.count, timeout: .seconds(60)))
+        // A late send's record is stored by the broker within ingest's produce timeout or never (ingest's delivery
+        // timeout, 10 s by default); past it, the ledger below is final once the worker has caught up.
+        if !lateWhileUp.isEmpty { try await Task.sleep(for: .milliseconds(10_000 + 2_000)) }
         #expect(try await scene.fixture.waitForLag(group: scene.group))
         #expect(try await scene.digest() != expected, "the outage lost notifications")
+
+        let uuids = payloads.map { UnverifiedPeek.payload(of: $0)?["notificationUUID"]?.stringValue ?? "" }
+        let ledger = Set(try await scene.query("SELECT notification_uuid FROM notification_ledger", as: String.self))
+        let missing = uuids.filter { !ledger.contains($0) }.count
+        #expect(uuids[third..<(2 * third)].allSatisfy { !ledger.contains($0) }, "the outage's notifications are not in the ledger")
+        let failed = scene.apple.fake.sent.filter { !$0.sendAttempts.contains { $0.sendAttemptResult == .success } }.count
+        #expect(failed == third + lateWhileUp.count)
 
         let backfill = try await scene.run(Self.backfillArguments + ["--only-failures"])
         #expect(backfill.status == 0, "backfill: \(backfill.output)")
         let summary = try #require(scene.summary(backfill.output), "\(backfill.output)")
-        #expect(summary["fetched"]?.int64Value == Int64(third) && summary["produced"]?.int64Value == Int64(third), "\(summary.serialized)")
-        #expect(summary["new"]?.int64Value == Int64(third) && summary["alreadyInLedger"]?.int64Value == 0, "\(summary.serialized)")
+        #expect(summary["fetched"]?.int64Value == Int64(failed) && summary["produced"]?.int64Value == Int64(failed), "\(summary.serialized)")
+        #expect(summary["new"]?.int64Value == Int64(missing) && summary["alreadyInLedger"]?.int64Value == Int64(failed - missing), "\(summary.serialized)")
         #expect(try await TestDatabase.waitForLedger(scene.database, count: payloads.count), "\(scene.fixture.logTail())")
         #expect(try await scene.fixture.waitForLag(group: scene.group))
         #expect(try await scene.digest() == expected, "the database after the backfill equals the undisturbed run's")
-        #expect(try await scene.query("SELECT count(*)::int FROM notifications WHERE source = 'history'", as: Int.self) == [third])
+        #expect(try await scene.query("SELECT count(*)::int FROM notifications WHERE source = 'history'", as: Int.self) == [missing])
 
         // The same backfill again: all duplicates, nothing changes.
         let again = try await scene.run(Self.backfillArguments + ["--only-failures"])
         #expect(again.status == 0, "\(again.output)")
         let second = try #require(scene.summary(again.output))
-        #expect(second["alreadyInLedger"]?.int64Value == Int64(third) && second["new"]?.int64Value == 0, "\(second.serialized)")
+        #expect(second["alreadyInLedger"]?.int64Value == Int64(failed) && second["new"]?.int64Value == 0, "\(second.serialized)")
         #expect(try await scene.fixture.waitForLag(group: scene.group))
         #expect(try await scene.digest() == expected)
         let dead = try await scene.fixture.deadLetters(group: scene.group)
