@@ -52,6 +52,14 @@ final class BackfillScene: @unchecked Sendable {
         apple.fake.setIngestURL("http://127.0.0.1:\(ingest.port)/v2/notifications")
     }
 
+    /// "Apple" sends `signedPayload` until ingest answers 200, at most four times: a loaded machine may answer
+    /// later than the fake's 10 s, and Apple retries (on its own schedule; here at once). Each attempt is recorded.
+    func deliver(_ signedPayload: String) async -> SendAttemptResult {
+        var result = await apple.fake.send(signedPayload)
+        for _ in 0..<3 where result != .success { result = await apple.fake.send(signedPayload) }
+        return result
+    }
+
     func stopIngest() async throws {
         try await ingest?.stop()
         ingest = nil
@@ -145,11 +153,7 @@ struct BackfillProcessTests {
         // Undisturbed: every notification reaches ingest; a send a loaded machine answers too late for "Apple" is
         // sent again, as Apple retries.
         try await reference.startIngest()
-        for payload in payloads {
-            var result = await reference.apple.fake.send(payload)
-            for _ in 0..<3 where result != .success { result = await reference.apple.fake.send(payload) }
-            #expect(result == .success)
-        }
+        for payload in payloads { #expect(await reference.deliver(payload) == .success) }
         #expect(try await TestDatabase.waitForLedger(reference.database, count: payloads.count), "undisturbed run\n\(reference.fixture.logTail())")
         #expect(try await reference.fixture.waitForLag(group: reference.group))
         let expected = try await reference.digest()

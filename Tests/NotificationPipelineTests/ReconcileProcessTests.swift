@@ -58,7 +58,7 @@ struct ReconcileProcessTests {
         let withheld = Set(latest.values.filter { Int($0.originalTransactionId.suffix(4))! % 3 == 0 }.map(\.notificationUUID))
         try await scene.startIngest()
         for event in events where !withheld.contains(event.notificationUUID) {
-            #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success)
+            #expect(await scene.deliver(minter.signedNotification(event)) == .success)
         }
         #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count - withheld.count), "\(scene.fixture.logTail())")
         for event in latest.values { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
@@ -131,7 +131,7 @@ struct ReconcileProcessTests {
         let (events, truth) = Self.contradictedCase(minter)
         for event in truth { scene.apple.fake.setSubscription(Self.truth(event, minter: minter)) }
         try await scene.startIngest()
-        for event in events { #expect(await scene.apple.fake.send(minter.signedNotification(event)) == .success) }
+        for event in events { #expect(await scene.deliver(minter.signedNotification(event)) == .success) }
         #expect(try await TestDatabase.waitForLedger(scene.database, count: events.count), "\(scene.fixture.logTail())")
         return (scene, events, truth)
     }
