@@ -188,8 +188,13 @@ public final class PrivatePostgres: @unchecked Sendable {
         guard exited == 0 else { throw PrivatePostgresError(description: "\(arguments.joined(separator: " ")) exited with \(exited)") }
     }
 
-    /// Creates the cluster the first time, then starts it and waits until it accepts connections.
-    public func start() throws {
+    /// Creates the cluster the first time, then starts it and waits until it accepts connections (on a thread of its
+    /// own: `initdb` and `pg_ctl -w` take seconds).
+    public func start() async throws {
+        try await DedicatedThread.run { try self.startBlocking() }
+    }
+
+    private func startBlocking() throws {
         if !FileManager.default.fileExists(atPath: directory + "/data/PG_VERSION") {
             try run(["/bin/mkdir", "-p", directory + "/data", directory + "/sockets"])
             try run([bin + "/initdb", "-D", directory + "/data", "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
@@ -202,12 +207,16 @@ public final class PrivatePostgres: @unchecked Sendable {
     }
 
     /// Stops the server at once (`-m immediate`: connections cut, no checkpoint), as a crash would.
-    public func stop() throws {
+    public func stop() async throws {
+        try await DedicatedThread.run { try self.stopBlocking() }
+    }
+
+    private func stopBlocking() throws {
         try run([bin + "/pg_ctl", "-D", directory + "/data", "-m", "immediate", "stop"])
     }
 
     deinit {
-        try? stop()
+        try? stopBlocking()
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
@@ -246,8 +255,13 @@ public final class PrivateKafkaBroker: @unchecked Sendable {
         self.port = TestServices.freePort()
     }
 
-    /// Starts the broker (and, the first time, its object store) and waits until it accepts connections.
-    public func start() throws {
+    /// Starts the broker (and, the first time, its object store) and waits until it accepts connections (on a
+    /// thread of its own: the wait polls with `usleep`).
+    public func start() async throws {
+        try await DedicatedThread.run { try self.startBlocking() }
+    }
+
+    private func startBlocking() throws {
         var environment = ProcessInfo.processInfo.environment
         var storage = "memory://tansu/"
         if persistent {

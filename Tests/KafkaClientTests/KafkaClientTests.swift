@@ -137,7 +137,7 @@ struct KafkaClientTests {
         _ = try requireKafka()
         // A broker that keeps its state across the kill, like a real cluster (s3 storage on a loopback object store).
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
-        try broker.start()
+        try await broker.start()
         let topic = TestServices.uniqueName("topic")
         let producer = try testProducer(
             bootstrap: broker.bootstrapServers, deliveryTimeout: 3_000,
@@ -158,7 +158,7 @@ struct KafkaClientTests {
         // Bounded by the delivery timeout (3 s) plus librdkafka's once-a-second timeout scan and a loaded machine.
         #expect(elapsed < .seconds(3 + 10), "bounded by the delivery timeout (3 s), took \(elapsed)")
 
-        try broker.start()
+        try await broker.start()
         var recovered = false
         var failures: [String] = []
         // The restarted broker reloads its state from storage; give a slow, shared machine a minute.

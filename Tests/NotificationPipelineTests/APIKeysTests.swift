@@ -40,17 +40,17 @@ struct APIKeySecretTests {
 
 @Suite("pipelinectl api-keys against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
 struct APIKeysCommandTests {
-    func pipelinectl(_ arguments: [String], database: String) throws -> (status: Int32, output: String) {
-        try runPipelinectl(arguments, postgresURL: database, includeErrors: true)
+    func pipelinectl(_ arguments: [String], database: String) async throws -> (status: Int32, output: String) {
+        try await runPipelinectl(arguments, postgresURL: database, includeErrors: true)
     }
 
     @Test("create prints the key once, only its SHA-256 is stored, list never shows it, revoke ends it")
     func lifecycle() async throws {
         let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
         let database = try await TestDatabase.create("k" + UUID().uuidString.prefix(8).lowercased(), on: base)
-        #expect(try pipelinectl(["migrate"], database: database).status == 0)
+        #expect(try await pipelinectl(["migrate"], database: database).status == 0)
 
-        let created = try pipelinectl(["api-keys", "create", "--name", "backend", "--bundle-id", "com.example.a", "--bundle-id", "com.example.b", "--scope", "write", "--json"], database: database)
+        let created = try await pipelinectl(["api-keys", "create", "--name", "backend", "--bundle-id", "com.example.a", "--bundle-id", "com.example.b", "--scope", "write", "--json"], database: database)
         #expect(created.status == 0, "\(created.output)")
         let json = try StrictJSONParser().parseObject(Array(created.output.utf8))
         let secret = try #require(json["secret"]?.stringValue)
@@ -69,17 +69,17 @@ struct APIKeysCommandTests {
         }
         #expect(!dump.contains(secret) && !dump.contains(String(secret.suffix(43))), "the key itself is nowhere in the table")
 
-        let listed = try pipelinectl(["api-keys", "list", "--json"], database: database)
+        let listed = try await pipelinectl(["api-keys", "list", "--json"], database: database)
         #expect(listed.status == 0 && !listed.output.contains(String(secret.suffix(43))), "\(listed.output)")
         let rows = try StrictJSONParser().parse(Array(listed.output.utf8))
         guard case .array(let keys) = rows else { Issue.record("not an array: \(listed.output)"); return }
         #expect(keys.count == 1 && keys.first?.objectValue?["revokedAt"] == .null && keys.first?.objectValue?["secret"] == nil)
 
-        #expect(try pipelinectl(["api-keys", "revoke", "--id", id], database: database).status == 0)
-        let again = try pipelinectl(["api-keys", "revoke", "--id", id], database: database)
+        #expect(try await pipelinectl(["api-keys", "revoke", "--id", id], database: database).status == 0)
+        let again = try await pipelinectl(["api-keys", "revoke", "--id", id], database: database)
         #expect(again.status != 0 && again.output.contains("no active key"), "\(again.output)")
-        let after = try pipelinectl(["api-keys", "list"], database: database)
+        let after = try await pipelinectl(["api-keys", "list"], database: database)
         #expect(after.output.contains(id) && after.output.contains("revoked"), "\(after.output)")
-        #expect(try pipelinectl(["api-keys", "create", "--name", "x", "--scope", "admin"], database: database).status != 0, "an unknown scope is refused")
+        #expect(try await pipelinectl(["api-keys", "create", "--name", "x", "--scope", "admin"], database: database).status != 0, "an unknown scope is refused")
     }
 }

@@ -10,15 +10,15 @@ import Testing
 /// `pipelinectl verify` verifies it again: the archive is evidence, not only a record.
 @Suite("pipelinectl archive against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
 struct ArchiveCommandTests {
-    func pipelinectl(_ arguments: [String], database: String, input: String? = nil) throws -> (status: Int32, output: String) {
-        try runPipelinectl(arguments, postgresURL: database, input: input)
+    func pipelinectl(_ arguments: [String], database: String, input: String? = nil) async throws -> (status: Int32, output: String) {
+        try await runPipelinectl(arguments, postgresURL: database, input: input)
     }
 
     @Test("show --raw prints the exact JWS from the compact archive and verify accepts it; --json says how it is stored; an unknown UUID exits 1")
     func showRawVerifies() async throws {
         let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
         let database = try await TestDatabase.create("a" + UUID().uuidString.prefix(8).lowercased(), on: base)
-        #expect(try pipelinectl(["migrate"], database: database).status == 0)
+        #expect(try await pipelinectl(["migrate"], database: database).status == 0)
         let authority = try TestCertificateAuthority()
         let minter = NotificationMinter(chain: try authority.issueChain())
         let verifier = try SignedPayloadVerifier(
@@ -35,17 +35,17 @@ struct ArchiveCommandTests {
         defer { try? FileManager.default.removeItem(at: root) }
 
         for record in records {
-            let shown = try pipelinectl(["archive", "show", "--uuid", record.deduplicationKey, "--raw"], database: database)
+            let shown = try await pipelinectl(["archive", "show", "--uuid", record.deduplicationKey, "--raw"], database: database)
             #expect(shown.status == 0 && shown.output == record.signedPayload + "\n", "byte for byte")
-            let verified = try pipelinectl(["verify", "--root", root.path, "--bundle-id", minter.bundleId], database: database, input: shown.output)
+            let verified = try await pipelinectl(["verify", "--root", root.path, "--bundle-id", minter.bundleId], database: database, input: shown.output)
             #expect(verified.status == 0 && verified.output.contains("\"valid\":true"), "\(verified.output.prefix(300))")
-            let json = try pipelinectl(["archive", "show", "--uuid", record.deduplicationKey, "--json"], database: database)
+            let json = try await pipelinectl(["archive", "show", "--uuid", record.deduplicationKey, "--json"], database: database)
             let object = try #require(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [String: Any])
             #expect(object["storage"] as? String == "compact" && object["signedPayloadBytes"] as? Int == record.signedPayload.utf8.count)
             #expect((object["payload"] as? [String: Any])?["notificationUUID"] as? String == record.deduplicationKey)
         }
-        #expect(try pipelinectl(["archive", "show", "--uuid", "no-such-notification", "--raw"], database: database).status == 1)
-        let compact = try pipelinectl(["archive", "compact", "--json"], database: database)
+        #expect(try await pipelinectl(["archive", "show", "--uuid", "no-such-notification", "--raw"], database: database).status == 1)
+        let compact = try await pipelinectl(["archive", "compact", "--json"], database: database)
         #expect(compact.status == 0 && compact.output.contains("\"moved\":0"), "nothing raw to move: \(compact.output)")
     }
 }

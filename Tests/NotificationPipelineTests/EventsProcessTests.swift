@@ -233,7 +233,7 @@ struct EventsProcessTests {
         _ = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
         let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
-        try broker.start()
+        try await broker.start()
         defer { broker.kill() }
         let fixture = try WorkerProcessFixture(bootstrap: broker.bootstrapServers)
         try await fixture.createTopics(partitions: 2)
@@ -279,7 +279,7 @@ struct EventsProcessTests {
             }
             #expect(waiting == expectedCount, "every event waits in the outbox (\(waiting) of \(expectedCount))")
 
-            try broker.start()
+            try await broker.start()
             let read = try await Self.readEvents(fixture, topic: fixture.eventsTopic(), atLeast: expectedCount)
             Self.check(read, expected: expected, "after the outage")
             await fixture.stopOneByOne([worker])

@@ -100,7 +100,7 @@ struct IngestTests {
     func brokerDown() async throws {
         _ = try bootstrap()
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
-        try broker.start()
+        try await broker.start()
         let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeoutMilliseconds = 2_000 }
         let connection = HTTPTestConnection(port: ingest.port)
         var acknowledged: Set<String> = []
@@ -120,7 +120,7 @@ struct IngestTests {
         #expect(ContinuousClock.now - start < .seconds(2 + 5), "answered within the 2 s produce timeout (plus slack)")
         #expect(try await connection.send(method: "GET", path: "/health/ready").status == 503)
 
-        try broker.start()
+        try await broker.start()
         var recovered = false
         for index in 1...15 where !recovered { recovered = try await post(index) == 200 }
         #expect(recovered, "ingest stores again once the broker is back, without a restart")

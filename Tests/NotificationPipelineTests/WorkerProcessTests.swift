@@ -104,13 +104,13 @@ struct WorkerProcessTests {
 
         // C. PostgreSQL stopped mid-stream (immediate shutdown, as a crash), kept down while the workers retry, then
         // started again: the workers say they are not ready meanwhile, dead-letter nothing more, and finish.
-        try privatePostgres.start()
+        try await privatePostgres.start()
         let databaseC = try await TestDatabase.create("outage", on: privatePostgres.url)
         let groupC = TestServices.uniqueName("outage")
         let started = [try await fixture.startWorker(group: groupC, postgresURL: databaseC), try await fixture.startWorker(group: groupC, postgresURL: databaseC)]
         workers = started.map(\.process)
         #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct / 10), "\(fixture.logTail())")
-        try privatePostgres.stop()
+        try await privatePostgres.stop()
         let stoppedAt = ContinuousClock.now
         var notReady = false
         while ContinuousClock.now < stoppedAt + .seconds(20), !notReady {
@@ -120,7 +120,7 @@ struct WorkerProcessTests {
         #expect(notReady, "a worker whose database is down reports 503 on /health/ready\n\(fixture.logTail())")
         try await Task.sleep(until: stoppedAt + .seconds(8))
         #expect(workers.allSatisfy { $0.isRunning }, "the workers keep running while the database is down")
-        try privatePostgres.start()
+        try await privatePostgres.start()
         #expect(try await TestDatabase.waitForLedger(databaseC, count: distinct), "after the outage every notification was stored\n\(fixture.logTail())")
         #expect(try await fixture.waitForLag(group: groupC))
         await finish(workers)
