@@ -6,8 +6,11 @@ import PostgresNIO
 /// A verified notification ready to be stored, with where it came from.
 public struct StoredNotification: Sendable {
     public var verified: VerifiedNotification
-    /// The raw JWS, archived as received.
-    public var signedPayload: String
+    /// The raw JWS as received (UTF-8). Bytes, not a `String`: the worker hands over the Kafka record's own buffer
+    /// (shared, not copied: one copy less of ≈16 KB per record in flight).
+    public var signedPayloadBytes: [UInt8]
+    /// The raw JWS as text, archived as received when it does not take apart.
+    public var signedPayload: String { String(decoding: signedPayloadBytes, as: UTF8.self) }
     public var kafkaTopic: String?
     public var kafkaPartition: Int32?
     public var kafkaOffset: Int64?
@@ -23,19 +26,28 @@ public struct StoredNotification: Sendable {
         verified: VerifiedNotification, signedPayload: String, kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil,
         receivedAt: Timestamp? = nil, source: String? = nil, archived: ArchivedJWS?? = nil
     ) {
+        self.init(
+            verified: verified, signedPayloadBytes: Array(signedPayload.utf8), kafkaTopic: kafkaTopic, kafkaPartition: kafkaPartition,
+            kafkaOffset: kafkaOffset, receivedAt: receivedAt, source: source, archived: archived)
+    }
+
+    public init(
+        verified: VerifiedNotification, signedPayloadBytes: [UInt8], kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil,
+        receivedAt: Timestamp? = nil, source: String? = nil, archived: ArchivedJWS?? = nil
+    ) {
         self.verified = verified
-        self.signedPayload = signedPayload
+        self.signedPayloadBytes = signedPayloadBytes
         self.kafkaTopic = kafkaTopic
         self.kafkaPartition = kafkaPartition
         self.kafkaOffset = kafkaOffset
         self.receivedAt = receivedAt
         self.source = source
-        self.archived = archived ?? ArchivedJWS.decompose(signedPayload)
+        self.archived = archived ?? ArchivedJWS.decompose(signedPayloadBytes)
     }
 
     /// The dedupe key: Apple's notificationUUID (resent unchanged on retries).
     public var deduplicationKey: String {
-        verified.payload.notificationUUID ?? "payload:" + Hex.encode(Array(signedPayload.utf8).suffix(86))
+        verified.payload.notificationUUID ?? "payload:" + Hex.encode(signedPayloadBytes.suffix(86))
     }
 }
 

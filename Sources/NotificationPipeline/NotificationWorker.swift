@@ -163,7 +163,7 @@ public final class NotificationWorker: Service, Sendable {
                 }
                 stored.append(
                     StoredNotification(
-                        verified: verified, signedPayload: String(decoding: message.value, as: UTF8.self), kafkaTopic: message.topic,
+                        verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic,
                         kafkaPartition: message.partition, kafkaOffset: message.offset,
                         receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
                         source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived))
@@ -237,7 +237,7 @@ public final class NotificationWorker: Service, Sendable {
                     guard case .permanent(let state, let message) = failure else { continue }
                     let position = RecordPosition(topic: record.kafkaTopic ?? "", partition: record.kafkaPartition ?? -1, offset: record.kafkaOffset ?? -1)
                     let letter = deadLetter(
-                        topic: position.topic, partition: position.partition, offset: position.offset, key: nil, value: Array(record.signedPayload.utf8),
+                        topic: position.topic, partition: position.partition, offset: position.offset, key: nil, value: record.signedPayloadBytes,
                         headers: [], timestamp: nil, code: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state)): \(message)", cause: state)
                     _ = try await deadLetters.sendAndAwait(letter)
                     positionsToRecord.append(DeadLetteredRecord(position: position, errorCode: "storeRejected"))
