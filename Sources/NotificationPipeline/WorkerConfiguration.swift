@@ -15,10 +15,10 @@ public struct WorkerConfiguration: Sendable {
     /// `WORKER_GROUP_ID`: the consumer group every worker of a deployment shares.
     public var groupId = "appstore-worker"
     /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each). What the worker holds in memory
-    /// follows it: two batches in flight (one verified while the last is written), each record as bytes, text
-    /// and parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker
-    /// stayed at 121-146 MB resident in worker-bench (one worker 1 717 notifications/s); with 500, 172-192 MB
-    /// (docs/benchmarks.md).
+    /// follows it: three batches in flight (one written, one verified, one polled ahead), each record as bytes and
+    /// parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker stayed at
+    /// 107-136 MB steady, 136-144 MB peak in worker-bench (one worker 1 610-1 754 notifications/s, 2026-11-26);
+    /// with 500, 172-192 MB (docs/benchmarks.md).
     public var batchSize = 250
     /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
     public var maximumBackoff: Duration = .seconds(30)
@@ -170,10 +170,12 @@ public struct WorkerConfiguration: Sendable {
         // 500 ms on brokers that hold an empty fetch that long: 265 ms → 29 ms at p50 on the bundled one. At most
         // 20 idle fetches a second; Apache Kafka answers at once anyway. KAFKA_CONFIG_FETCH_WAIT_MAX_MS overrides it.
         configuration.fetchWaitMaxMilliseconds = 50
-        // Pre-fetch sized from the batch: 64 KiB a record, about four batches of 16 KB notifications (15.6 MiB for
-        // 250). Half of that (8 000 KiB) kept less in memory but halved one worker's rate (986/s against 1 717/s):
-        // the queue ran dry between two fetches. KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES overrides it.
-        configuration.maximumPrefetchKilobytes = max(1024, batchSize * 64)
+        // Pre-fetch sized from the batch: 48 KiB a record, about three batches of 16 KB notifications (11.7 MiB
+        // for 250), a fourth being the batch polled ahead. Measured (worker-bench, 20 000 notifications, 2026-11-26):
+        // with 64 KiB a record one worker peaked at 138-159 MB, with 48 KiB at 136-144 MB; with half of 64 KiB
+        // (before the poll-ahead) the queue ran dry between two fetches and one worker's rate halved.
+        // KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES overrides it.
+        configuration.maximumPrefetchKilobytes = max(1024, batchSize * 48)
         return configuration
     }
 
