@@ -175,7 +175,7 @@ struct IngestTests {
             port: port, count: bodies.count, concurrency: 32, timeoutSeconds: 20,
             onAnswered: { answered in if answered == signalAfter { kill(pid, SIGTERM) } }
         ) { index in ("/v2/notifications", jsonHeaders, bodies[index]) }
-        process.waitUntilExit()
+        try await DedicatedThread.run { process.waitUntilExit() }
         #expect(process.terminationStatus == 0, "graceful exit")
         let okay = outcomes.filter { $0.status == 200 }
         // The signal is sent from the answer of the `signalAfter`-th response, so at least that many were 200.
@@ -234,12 +234,7 @@ struct IngestTests {
         #expect(refusedInWindow.isEmpty, "requests inside the window were refused: \(refusedInWindow.prefix(3))")
         #expect(okay.count > 1, "at least one request was sent and answered inside the window")
 
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                process.waitUntilExit()
-                continuation.resume()
-            }
-        }
+        try await DedicatedThread.run { process.waitUntilExit() }
         let exitedAfter = ContinuousClock.now - signalled
         #expect(process.terminationStatus == 0, "graceful exit")
         #expect(exitedAfter >= drain, "the process kept serving for the whole window (exited after \(exitedAfter))")
