@@ -1,5 +1,11 @@
 import Crypto
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// A signed payload taken apart for the archive, so that what repeats is stored once, and put back together byte
 /// for byte.
 ///
@@ -13,7 +19,9 @@ import Crypto
 /// Exactness is by construction and checked: JWS segments are canonical base64url (the verifier refuses any other
 /// spelling), so encoding the decoded bytes again gives the same segment; and `decompose` rebuilds the JWS from
 /// its parts before it returns them, returning nil (the caller archives the raw text) when the result differs in
-/// any byte, a payload is not UTF-8, or the payload already contains the placeholder's text.
+/// any byte, a payload is not UTF-8, or the payload already contains the placeholder's text. A nested JWS is taken
+/// apart only when its signature is base64url and its payload holds no U+0001 (the separators of the archive's
+/// nested columns); otherwise it stays in the outer payload as it is.
 public struct ArchivedJWS: Sendable, Equatable {
     /// One JWS without its header: the SHA-256 of the header segment, the payload as its JSON text, the signature segment.
     public struct Part: Sendable, Equatable {
@@ -56,7 +64,8 @@ public struct ArchivedJWS: Sendable, Equatable {
         guard let (outerHeader, outerPayload, outerSignature) = split(jws[...]), let payloadBytes = Base64.decode(outerPayload, alphabet: .url),
             !contains(payloadBytes, placeholderPrefix)
         else { return nil }
-        let outerDigest = digest(outerHeader, into: &headers)
+        var seen: [(ArraySlice<UInt8>, [UInt8])] = []
+        let outerDigest = digest(outerHeader, into: &headers, seen: &seen)
         // Nested JWSs: JSON string literals of three base64url segments whose header is a JSON object ("eyJ").
         var template: [UInt8] = []
         template.reserveCapacity(payloadBytes.count / 4)
@@ -82,11 +91,12 @@ public struct ArchivedJWS: Sendable, Equatable {
             let content = payloadBytes[(index + 1)..<end]
             if plain, content.count > 64, content[index + 1] == UInt8(ascii: "e"), content[index + 2] == UInt8(ascii: "y"),
                 content[index + 3] == UInt8(ascii: "J"), let (header, payload, signature) = split(content),
-                let bytes = Base64.decode(payload, alphabet: .url), let json = String(validating: bytes, as: UTF8.self)
+                signature.allSatisfy(isBase64URL), let bytes = Base64.decode(payload, alphabet: .url), !bytes.contains(0x01),
+                let json = String(validating: bytes, as: UTF8.self)
             {
                 template += payloadBytes[copiedUpTo..<index]
                 template += placeholderPrefix + Array(String(nested.count).utf8) + [UInt8(ascii: "\"")]
-                nested.append(Part(headerDigest: digest(header, into: &headers), payload: json, signature: String(decoding: signature, as: UTF8.self)))
+                nested.append(Part(headerDigest: digest(header, into: &headers, seen: &seen), payload: json, signature: String(decoding: signature, as: UTF8.self)))
                 copiedUpTo = end + 1
             }
             index = end + 1
@@ -115,7 +125,7 @@ public struct ArchivedJWS: Sendable, Equatable {
         var jws = Array(outerHeader.utf8)
         jws.reserveCapacity(jws.count + payload.count * 4 / 3 + outer.signature.utf8.count + 4)
         jws.append(UInt8(ascii: "."))
-        jws += Base64.encode(payload, alphabet: .url).utf8
+        Base64.append(encoding: payload, alphabet: .url, to: &jws)
         jws.append(UInt8(ascii: "."))
         jws += outer.signature.utf8
         return jws
@@ -145,7 +155,7 @@ public struct ArchivedJWS: Sendable, Equatable {
                     result.append(UInt8(ascii: "\""))
                     result += nestedHeader.utf8
                     result.append(UInt8(ascii: "."))
-                    result += Base64.encode(Array(part.payload.utf8), alphabet: .url).utf8
+                    Base64.append(encoding: part.payload.utf8, alphabet: .url, to: &result)
                     result.append(UInt8(ascii: "."))
                     result += part.signature.utf8
                     result.append(UInt8(ascii: "\""))
@@ -170,17 +180,52 @@ public struct ArchivedJWS: Sendable, Equatable {
         return (header, payload, signature)
     }
 
-    static func digest(_ header: ArraySlice<UInt8>, into headers: inout [[UInt8]: String]) -> [UInt8] {
+    /// The SHA-256 of `header`, hashed once per distinct segment of the JWS: Apple signs the outer and nested JWSs
+    /// with one chain, so their header segments are usually the same bytes, and comparing ≈5 KB costs a tenth of
+    /// hashing them.
+    static func digest(_ header: ArraySlice<UInt8>, into headers: inout [[UInt8]: String], seen: inout [(ArraySlice<UInt8>, [UInt8])]) -> [UInt8] {
+        for (segment, digest) in seen where sameBytes(segment, header) { return digest }
         let digest = Array(SHA256.hash(data: header))
         if headers[digest] == nil { headers[digest] = String(decoding: header, as: UTF8.self) }
+        seen.append((header, digest))
         return digest
     }
 
-    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
-        guard haystack.count >= needle.count else { return false }
-        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
-            if haystack[start..<(start + needle.count)].elementsEqual(needle) { return true }
+    static func sameBytes(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
+        a.count == b.count && a.withUnsafeBufferPointer { a in b.withUnsafeBufferPointer { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
+    }
+
+    /// A base64url character (the alphabet of a JWS segment, which a joined list of signatures can separate by `,`).
+    static func isBase64URL(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "_"):
+            true
+        default: false
         }
-        return false
+    }
+
+    /// Whether `haystack` holds `needle` anywhere. Looks for `needle`'s second byte (the placeholder's backslash,
+    /// rare in Apple's JSON) rather than its first (a quote, on every key and string).
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count >= 2, haystack.count >= needle.count else { return haystack.count >= needle.count && haystack == needle }
+        return haystack.withUnsafeBufferPointer { bytes in
+            needle.withUnsafeBufferPointer { needle in
+                var index = 1
+                let last = bytes.count - needle.count + 1
+                while index <= last {
+                    if bytes[index] == needle[1], bytes[index - 1] == needle[0] {
+                        var matched = true
+                        for offset in 2..<needle.count where bytes[index - 1 + offset] != needle[offset] {
+                            matched = false
+                            break
+                        }
+                        if matched { return true }
+                    }
+                    index += 1
+                }
+                return false
+            }
+        }
     }
 }

@@ -127,16 +127,15 @@ extension EntitlementStore {
                 batch.moved = moved.count
                 if !moved.isEmpty {
                     try await Self.storeHeaders(of: moved.map(\.1), on: connection, logger: logger)
-                    let nested = moved.map { Self.nestedParts($0.1) }
+                    let nested = moved.map { NestedColumns($0.1) }
+                    let nestedColumns = NestedColumns.columns(header: "u.h", digests: "u.nh", payloads: "u.np", signatures: "u.ns")
                     try await connection.query(
                         """
                         UPDATE notification_archive n SET signed_payload = NULL, payload = NULL, header_sha256 = decode(u.h, 'hex'), body = u.b::json,
-                            signature = u.s,
-                            nested_header_sha256 = ARRAY(SELECT decode(e->>'h', 'hex') FROM jsonb_array_elements(u.n::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i),
-                            nested_bodies = ARRAY(SELECT (e->>'p')::json FROM jsonb_array_elements(u.n::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i),
-                            nested_signatures = ARRAY(SELECT e->>'s' FROM jsonb_array_elements(u.n::jsonb) WITH ORDINALITY AS x(e, i) ORDER BY i)
+                            signature = u.s, (nested_header_sha256, nested_bodies, nested_signatures) = (SELECT \(unescaped: nestedColumns))
                         FROM unnest(\(moved.map(\.0))::text[], \(moved.map { Hex.encode($0.1.outer.headerDigest) })::text[],
-                            \(moved.map(\.1.outer.payload))::text[], \(moved.map(\.1.outer.signature))::text[], \(nested)::text[]) AS u(id, h, b, s, n)
+                            \(moved.map(\.1.outer.payload))::text[], \(moved.map(\.1.outer.signature))::text[], \(nested.map(\.digests))::text[],
+                            \(nested.map(\.payloads))::text[], \(nested.map(\.signatures))::text[]) AS u(id, h, b, s, nh, np, ns)
                         WHERE n.notification_uuid = u.id
                         """,
                         logger: logger)

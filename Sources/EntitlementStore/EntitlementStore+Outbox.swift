@@ -36,6 +36,8 @@ extension EntitlementStore {
     /// The advisory lock that elects the one relay publishing at a time ("evts" in ASCII).
     static let relayLockKey: Int64 = 0x6576_7473
 
+    /// An event's scalar columns as a JSON object; its `data` (a JSON document) travels beside it as text, so
+    /// PostgreSQL parses it once rather than unescaping it out of the rows' JSON first.
     static func outboxRow(_ event: EntitlementEvent) -> JSONValue {
         .object(JSONObject([
             "event_id": .string(event.id),
@@ -47,20 +49,20 @@ extension EntitlementStore {
             "environment": .string(event.environment),
             "bundle_id": .string(event.bundleId),
             "original_transaction_id": text(event.originalTransactionId),
-            "data": .string(event.data.serialized),
         ]))
     }
 
     /// Inserted in the order given (the order the changes took effect), so within a subscription the row ids
     /// follow the sequence; an event id already there (it cannot be, as the ledger admits a cause once) is kept.
-    static func outboxStatement(rows: String) -> PostgresQuery {
+    static func outboxStatement(_ events: [EntitlementEvent]) -> PostgresQuery {
         """
         INSERT INTO entitlement_events_outbox (event_id, event_type, source, subject, event_time, sequence, environment, bundle_id,
             original_transaction_id, data)
         SELECT r.event_id, r.event_type, r.source, r.subject, to_timestamp(r.event_time / 1000.0), r.sequence, r.environment, r.bundle_id,
             r.original_transaction_id, r.data
-        FROM ROWS FROM (jsonb_to_recordset(\(rows)::jsonb) AS (event_id text, event_type text, source text, subject text, event_time bigint,
-            sequence bigint, environment text, bundle_id text, original_transaction_id text, data text)) WITH ORDINALITY
+        FROM ROWS FROM (jsonb_to_recordset(\(JSONValue.array(events.map(outboxRow)).serialized)::jsonb) AS (event_id text, event_type text,
+            source text, subject text, event_time bigint, sequence bigint, environment text, bundle_id text, original_transaction_id text),
+            unnest(\(events.map(\.data.serialized))::text[])) WITH ORDINALITY
             AS r(event_id, event_type, source, subject, event_time, sequence, environment, bundle_id, original_transaction_id, data, position)
         ORDER BY r.position
         ON CONFLICT (event_id) DO NOTHING

@@ -78,4 +78,18 @@ struct ArchivedJWSTests {
         #expect(archived.outer.payload.contains(lookalike))
         #expect(archived.signedPayload(header: { archived.headers[$0] }) == jws)
     }
+
+    @Test("a nested JWS whose payload holds U+0001 or whose signature is not base64url stays in the outer payload (the archive's separators)")
+    func nestedSeparators() throws {
+        let header = Base64.encode(Array(#"{"alg":"ES256","x5c":["\#(String(repeating: "A", count: 100))"]}"#.utf8), alphabet: .url)
+        let controlled = "\(header).\(Base64.encode(Array("{\"t\":\"a\u{1}b\"}".utf8), alphabet: .url)).c2ln"
+        let comma = "\(header).\(Base64.encode(Array(#"{"t":3}"#.utf8), alphabet: .url)).c2,ln"
+        let fine = "\(header).\(Base64.encode(Array(#"{"t":4}"#.utf8), alphabet: .url)).c2ln"
+        let json = #"{"a":"\#(controlled)","b":"\#(comma)","c":"\#(fine)"}"#
+        let jws = "\(header).\(Base64.encode(Array(json.utf8), alphabet: .url)).c2ln"
+        let archived = try #require(ArchivedJWS.decompose(jws))
+        #expect(archived.nested.map(\.payload) == [#"{"t":4}"#])
+        #expect(archived.outer.payload.contains(controlled) && archived.outer.payload.contains(comma))
+        #expect(archived.signedPayload(header: { archived.headers[$0] }) == jws)
+    }
 }

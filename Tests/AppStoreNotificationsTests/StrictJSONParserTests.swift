@@ -1,3 +1,4 @@
+import Foundation
 import AppStoreNotifications
 import Testing
 
@@ -90,6 +91,19 @@ struct Base64Tests {
             for alphabet in [Base64.Alphabet.standard, .url] {
                 #expect(Base64.decode(Base64.encode(bytes, alphabet: alphabet), alphabet: alphabet) == bytes)
             }
+        }
+    }
+
+    @Test("encodes as RFC 4648's reference does, from any sequence")
+    func encodeMatchesReference() {
+        // Foundation's encoder is the reference for the standard alphabet; base64url is its translation, unpadded.
+        for length in 0..<70 {
+            let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 53 &+ 7) }
+            let reference = Data(bytes).base64EncodedString()
+            #expect(Base64.encode(bytes, alphabet: .standard) == reference)
+            #expect(Base64.encode(bytes.lazy.map { $0 }, alphabet: .standard) == reference, "a non-contiguous sequence")
+            let url = reference.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+            #expect(Base64.encode(bytes[...], alphabet: .url) == url)
         }
     }
 

@@ -222,7 +222,7 @@ struct EntitlementStoreTests {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try await withStore { store, client in
             // One row per status, inserted as the store writes them, expiring in the future.
-            var rows: [JSONValue] = []
+            var rows: [EntitlementStore.EntitlementRow] = []
             for (index, status) in EntitlementState.Status.allCases.enumerated() {
                 var state = EntitlementState(environment: index % 2 == 0 ? "Production" : "Sandbox", bundleId: "b", originalTransactionId: "status-\(status.rawValue)", status: status, lastNotificationType: "X", lastSignedDate: Timestamp(millisecondsSince1970: now))
                 state.expiresAt = Timestamp(millisecondsSince1970: now + Self.day)
@@ -236,7 +236,7 @@ struct EntitlementStoreTests {
             var late = EntitlementState(environment: "Production", bundleId: "b", originalTransactionId: "renewal-late", status: .active, lastNotificationType: "X", lastSignedDate: Timestamp(millisecondsSince1970: now))
             late.expiresAt = Timestamp(millisecondsSince1970: now - 60_000)
             rows.append(try EntitlementStore.entitlementRow(late))
-            try await client.query(EntitlementStore.entitlementStatement(rows: JSONValue.array(rows).serialized), logger: Self.logger)
+            try await client.query(EntitlementStore.entitlementStatement(rows), logger: Self.logger)
 
             let all = try await self.rows(client)
             for status in EntitlementState.Status.allCases {
