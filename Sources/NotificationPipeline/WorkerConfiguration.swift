@@ -172,9 +172,10 @@ public struct WorkerConfiguration: Sendable {
         configuration.fetchWaitMaxMilliseconds = 50
         // Pre-fetch sized from the batch: 48 KiB a record, about three batches of 16 KB notifications (11.7 MiB
         // for 250), a fourth being the batch polled ahead. Measured (worker-bench, 20 000 notifications, 2026-11-26):
-        // with 64 KiB a record one worker peaked at 138-159 MB, with 48 KiB at 136-144 MB; with half of 64 KiB
-        // (before the poll-ahead) the queue ran dry between two fetches and one worker's rate halved.
-        // KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES overrides it.
+        // with 64 KiB a record one worker peaked at 138-159 MB, with 48 KiB at 136-144 MB. A full queue is
+        // refilled 10 ms after it drained below this, not librdkafka's 1 s (`fetchQueueBackoffMilliseconds`): with
+        // the 1 s, a smaller queue ran dry and the worker waited for fetches a third of the time.
+        // KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES and KAFKA_CONFIG_FETCH_QUEUE_BACKOFF_MS override them.
         configuration.maximumPrefetchKilobytes = max(1024, batchSize * 48)
         return configuration
     }
