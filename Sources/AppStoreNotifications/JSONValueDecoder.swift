@@ -109,6 +109,49 @@ public struct JSONValueDecoder: Sendable {
             return try JSONValueDecoder.decodeValue(type, from: value, codingPath: { codingPath + [key] })
         }
 
+        // The primitives by name. Without these, a synthesized `init(from:)` reaches the standard library's
+        // default `decodeIfPresent(String.self, …)`, which looks the key up three times (`contains`, `decodeNil`,
+        // `decode`) and the value's type up by dynamic casts: the typed decode of a notification's three models
+        // cost more than their JSON parse (`verify-bench`).
+        private func present(_ key: Key) -> JSONValue? {
+            guard let value = object[key.stringValue], value != .null else { return nil }
+            return value
+        }
+        private func required(_ key: Key) throws -> JSONValue {
+            guard let value = object[key.stringValue] else {
+                throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "missing \(key.stringValue)"))
+            }
+            return value
+        }
+        private func string(_ value: JSONValue, _ key: Key) throws -> String {
+            guard case .string(let string) = value else {
+                throw DecodingError.typeMismatch(
+                    String.self, .init(codingPath: codingPath + [key], debugDescription: "expected a string, found \(value.typeName)"))
+            }
+            return string
+        }
+        private func primitive<T>(_ type: T.Type, _ value: JSONValue, _ key: Key) throws -> T {
+            guard let result = try JSONValueDecoder.primitive(type, from: value, codingPath: { codingPath + [key] }) else {
+                preconditionFailure("\(T.self) is decoded as a primitive")
+            }
+            return result
+        }
+
+        func decode(_ type: String.Type, forKey key: Key) throws -> String { try string(try required(key), key) }
+        func decodeIfPresent(_ type: String.Type, forKey key: Key) throws -> String? { try present(key).map { try string($0, key) } }
+        func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: Bool.Type, forKey key: Key) throws -> Bool? { try present(key).map { try primitive(type, $0, key) } }
+        func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: Int.Type, forKey key: Key) throws -> Int? { try present(key).map { try primitive(type, $0, key) } }
+        func decode(_ type: Int32.Type, forKey key: Key) throws -> Int32 { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: Int32.Type, forKey key: Key) throws -> Int32? { try present(key).map { try primitive(type, $0, key) } }
+        func decode(_ type: Int64.Type, forKey key: Key) throws -> Int64 { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: Int64.Type, forKey key: Key) throws -> Int64? { try present(key).map { try primitive(type, $0, key) } }
+        func decode(_ type: UInt64.Type, forKey key: Key) throws -> UInt64 { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: UInt64.Type, forKey key: Key) throws -> UInt64? { try present(key).map { try primitive(type, $0, key) } }
+        func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try primitive(type, try required(key), key) }
+        func decodeIfPresent(_ type: Double.Type, forKey key: Key) throws -> Double? { try present(key).map { try primitive(type, $0, key) } }
+
         func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
             try Implementation(value: object[key.stringValue] ?? .null, codingPath: codingPath + [key]).container(keyedBy: type)
         }
