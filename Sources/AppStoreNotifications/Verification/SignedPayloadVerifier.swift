@@ -1,7 +1,13 @@
 import Crypto
+import Synchronization
 import SwiftASN1
 @_spi(FixedExpiryValidationTime) import X509
 
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -61,6 +67,9 @@ public final class SignedPayloadVerifier: Sendable {
     private let roots: CertificateStore
     private let cache: CertificateChainCache
     private let headers: BoundedCache<String, [String]>
+    /// The header segment validated last, as bytes: compared before the cache, whose key is a `String` of the
+    /// ≈5 KB segment (a copy, UTF-8 validation and SipHash per JWS, three per notification).
+    private let recentHeader = Mutex<(segment: [UInt8], x5c: [String])?>(nil)
     private let parser = StrictJSONParser(maximumDepth: 16)
 
     public init(configuration: Configuration) throws(TrustAnchorError) {
@@ -224,8 +233,16 @@ public final class SignedPayloadVerifier: Sendable {
     /// The result is a pure function of the header's exact bytes, and the three JWSs of a notification (and every
     /// notification signed by the same leaf) share one header, so valid headers are remembered by their segment.
     func headerCertificates(_ headerSegment: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> [String] {
+        if let recent = recentHeader.withLock({ $0 }), recent.segment.count == headerSegment.count,
+            recent.segment.withUnsafeBufferPointer({ memcmp($0.baseAddress!, headerSegment.baseAddress!, headerSegment.count) == 0 })
+        {
+            return recent.x5c
+        }
         let key = String(decoding: headerSegment, as: UTF8.self)
-        if let x5c = headers.lookup(key) { return x5c }
+        if let x5c = headers.lookup(key) {
+            recentHeader.withLock { $0 = (Array(headerSegment), x5c) }
+            return x5c
+        }
         guard let headerBytes = Base64.decode(headerSegment, alphabet: .url) else {
             throw .malformedJWS("the header segment is not canonical unpadded base64url")
         }
@@ -257,6 +274,7 @@ public final class SignedPayloadVerifier: Sendable {
             x5c.append(string)
         }
         headers.insert(x5c, for: key)
+        recentHeader.withLock { $0 = (Array(headerSegment), x5c) }
         return x5c
     }
 
