@@ -20,36 +20,30 @@ final class CertificateChainCache: Sendable {
     }
 
     private let entries: BoundedCache<[String], Entry>
-    /// The chain found last. Nearly every JWS carries it, and comparing the ≈4.5 KB of `x5c` text costs a fraction
-    /// of hashing it for the dictionary (SipHash over the three certificates was ≈ 5 % of a warm verification).
-    private let recent = Mutex<(key: [String], entry: Entry)?>(nil)
 
     init(capacity: Int) {
         entries = BoundedCache(capacity: capacity)
     }
 
-    func lookup(_ key: [String]) -> Entry? {
-        if let recent = recent.withLock({ $0 }), recent.key == key { return recent.entry }
-        guard let entry = entries.lookup(key) else { return nil }
-        recent.withLock { $0 = (key, entry) }
-        return entry
-    }
+    func lookup(_ key: [String]) -> Entry? { entries.lookup(key) }
 
-    func insert(_ entry: Entry, for key: [String]) {
-        entries.insert(entry, for: key)
-        recent.withLock { $0 = (key, entry) }
-    }
+    func insert(_ entry: Entry, for key: [String]) { entries.insert(entry, for: key) }
 
     var count: Int { entries.count }
 }
 
 /// A thread-safe dictionary of at most `capacity` entries that forgets the oldest insertion when full.
 /// The lock covers only the dictionary operations.
+///
+/// The entry found or inserted last is compared before the dictionary is asked: nearly every look-up is for it
+/// (one chain and one header sign nearly every JWS), and comparing keys of a few KB costs a fraction of hashing
+/// them (SipHash over a chain's three certificates was ≈ 5 % of a warm verification).
 final class BoundedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     private struct State {
         var entries: [Key: Value] = [:]
         /// Insertion order, for evicting the oldest entry when full.
         var order: [Key] = []
+        var recent: (key: Key, value: Value)?
     }
 
     private let state = Mutex(State())
@@ -60,7 +54,12 @@ final class BoundedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     }
 
     func lookup(_ key: Key) -> Value? {
-        state.withLock { $0.entries[key] }
+        state.withLock { state in
+            if let recent = state.recent, recent.key == key { return recent.value }
+            guard let value = state.entries[key] else { return nil }
+            state.recent = (key, value)
+            return value
+        }
     }
 
     func insert(_ value: Value, for key: Key) {
@@ -70,8 +69,10 @@ final class BoundedCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
                 if state.order.count > capacity {
                     let evicted = state.order.removeFirst()
                     state.entries[evicted] = nil
+                    if state.recent?.key == evicted { state.recent = nil }
                 }
             }
+            state.recent = (key, value)
         }
     }
 
