@@ -1,11 +1,5 @@
 import Crypto
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-
 /// A signed payload taken apart for the archive, so that what repeats is stored once, and put back together byte
 /// for byte.
 ///
@@ -91,7 +85,7 @@ public struct ArchivedJWS: Sendable, Equatable {
             let content = payloadBytes[(index + 1)..<end]
             if plain, content.count > 64, content[index + 1] == UInt8(ascii: "e"), content[index + 2] == UInt8(ascii: "y"),
                 content[index + 3] == UInt8(ascii: "J"), let (header, payload, signature) = split(content),
-                signature.allSatisfy(isBase64URL), let bytes = Base64.decode(payload, alphabet: .url), !bytes.contains(0x01),
+                signature.allSatisfy({ Base64.isCharacter($0, of: .url) }), let bytes = Base64.decode(payload, alphabet: .url), !bytes.contains(0x01),
                 let json = String(validating: bytes, as: UTF8.self)
             {
                 template += payloadBytes[copiedUpTo..<index]
@@ -184,31 +178,20 @@ public struct ArchivedJWS: Sendable, Equatable {
     /// with one chain, so their header segments are usually the same bytes, and comparing ≈5 KB costs a tenth of
     /// hashing them.
     static func digest(_ header: ArraySlice<UInt8>, into headers: inout [[UInt8]: String], seen: inout [(ArraySlice<UInt8>, [UInt8])]) -> [UInt8] {
-        for (segment, digest) in seen where sameBytes(segment, header) { return digest }
+        for (segment, digest) in seen where segment.withUnsafeBufferPointer({ a in header.withUnsafeBufferPointer { b in sameBytes(a, b) } }) {
+            return digest
+        }
         let digest = Array(SHA256.hash(data: header))
         if headers[digest] == nil { headers[digest] = String(decoding: header, as: UTF8.self) }
         seen.append((header, digest))
         return digest
     }
 
-    static func sameBytes(_ a: ArraySlice<UInt8>, _ b: ArraySlice<UInt8>) -> Bool {
-        a.count == b.count && a.withUnsafeBufferPointer { a in b.withUnsafeBufferPointer { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
-    }
-
-    /// A base64url character (the alphabet of a JWS segment, which a joined list of signatures can separate by `,`).
-    static func isBase64URL(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-            UInt8(ascii: "-"), UInt8(ascii: "_"):
-            true
-        default: false
-        }
-    }
-
     /// Whether `haystack` holds `needle` anywhere. Looks for `needle`'s second byte (the placeholder's backslash,
     /// rare in Apple's JSON) rather than its first (a quote, on every key and string).
     static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
-        guard needle.count >= 2, haystack.count >= needle.count else { return haystack.count >= needle.count && haystack == needle }
+        guard haystack.count >= needle.count else { return false }
+        guard needle.count >= 2 else { return needle.isEmpty || haystack.contains(needle[0]) }
         return haystack.withUnsafeBufferPointer { bytes in
             needle.withUnsafeBufferPointer { needle in
                 var index = 1

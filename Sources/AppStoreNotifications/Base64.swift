@@ -29,6 +29,11 @@ public enum Base64 {
         return table
     }
 
+    /// Whether `byte` is one of `alphabet`'s 64 characters (padding is not).
+    static func isCharacter(_ byte: UInt8, of alphabet: Alphabet) -> Bool {
+        (alphabet == .url ? urlTable : standardTable)[Int(byte)] != invalid
+    }
+
     /// Decodes `input`, or returns nil if it is not the one canonical encoding of some byte string in `alphabet`.
     public static func decode(_ input: some StringProtocol, alphabet: Alphabet) -> [UInt8]? {
         var input = String(input)

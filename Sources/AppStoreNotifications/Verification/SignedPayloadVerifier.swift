@@ -3,11 +3,6 @@ import Synchronization
 import SwiftASN1
 @_spi(FixedExpiryValidationTime) import X509
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
 #if canImport(FoundationEssentials)
 import FoundationEssentials
 #else
@@ -68,7 +63,7 @@ public final class SignedPayloadVerifier: Sendable {
     private let cache: CertificateChainCache
     private let headers: BoundedCache<String, [String]>
     /// The header segment validated last, as bytes: compared before the cache, whose key is a `String` of the
-    /// ≈5 KB segment (a copy, UTF-8 validation and SipHash per JWS, three per notification).
+    /// ≈5 KB segment (making it costs a copy and UTF-8 validation per JWS, three per notification).
     private let recentHeader = Mutex<(segment: [UInt8], x5c: [String])?>(nil)
     private let parser = StrictJSONParser(maximumDepth: 16)
 
@@ -234,7 +229,7 @@ public final class SignedPayloadVerifier: Sendable {
     /// notification signed by the same leaf) share one header, so valid headers are remembered by their segment.
     func headerCertificates(_ headerSegment: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> [String] {
         if let recent = recentHeader.withLock({ $0 }), recent.segment.count == headerSegment.count,
-            recent.segment.withUnsafeBufferPointer({ memcmp($0.baseAddress!, headerSegment.baseAddress!, headerSegment.count) == 0 })
+            recent.segment.withUnsafeBufferPointer({ sameBytes($0, headerSegment) })
         {
             return recent.x5c
         }
