@@ -17,8 +17,8 @@ public struct WorkerConfiguration: Sendable {
     /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each). What the worker holds in memory
     /// follows it: three batches in flight (one written, one verified, one polled ahead), each record as bytes and
     /// parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker stayed at
-    /// 107-136 MB steady, 136-144 MB peak in worker-bench (one worker 1 610-1 754 notifications/s, 2026-11-26);
-    /// with 500, 172-192 MB (docs/benchmarks.md).
+    /// 104-118 MB steady, 117-132 MB peak in worker-bench with the image's malloc settings (one worker 2 700-3 160
+    /// notifications/s, 2026-11-26); with 500, 172-192 MB before those settings (docs/benchmarks.md).
     public var batchSize = 250
     /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
     public var maximumBackoff: Duration = .seconds(30)
