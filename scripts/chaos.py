@@ -575,7 +575,7 @@ def main():
         # The events topic, deduplicated by ce_id, and the outbox (every row published: wait_drained waited for it).
         events = {}
         for value, headers, _, _ in read_topic(broker.bootstrap, chaos.events_topic):
-            events.setdefault(headers.get("ce_id"), (headers.get("ce_subject"), int(headers.get("ce_sequence") or 0)))
+            events.setdefault(headers.get("ce_id"), (headers.get("ce_subject"), int(json.loads(value).get("sequence") or 0)))
         outbox, published = {}, set()
         for line in postgres.sql(chaos.database, "SELECT event_id, subject, sequence, published_at IS NOT NULL FROM entitlement_events_outbox").splitlines():
             event_id, subject, sequence, is_published = line.split("|")

@@ -96,7 +96,16 @@ public final class AppStoreServerAPIClient: Sendable {
             attempt += 1
             let perSecond = configuration.rateLimits.perSecond(family)
             // Request a Test Notification and Get Test Notification Status are limited each on its own.
-            try await limiter.acquire("\(bundleId)|\(family.rawValue)|\(family == .testNotification ? method.rawValue : "")", perSecond: perSecond)
+            do {
+                try await limiter.acquire(
+                    "\(bundleId)|\(family.rawValue)|\(family == .testNotification ? method.rawValue : "")", perSecond: perSecond,
+                    maximumWait: configuration.rateLimits.maximumWait)
+            } catch let refusal as RequestRateLimiter.Refusal {
+                let seconds = Double(refusal.wait.components.seconds) + Double(refusal.wait.components.attoseconds) / 1e18
+                throw AppStoreServerAPIError(
+                    kind: .throttled, retryAfter: Date().addingTimeInterval(seconds),
+                    reason: "not sent: this app's \(family.rawValue) calls are over their rate, and the next turn is \(refusal.wait) away", endpoint: endpoint)
+            }
             let error: AppStoreServerAPIError
             do {
                 return try await once(method, path, endpoint: endpoint, bundleId: bundleId, body: body)

@@ -54,6 +54,11 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         public var transactionHistoryPerSecond: Double
         /// Send Consumption Information.
         public var consumptionPerSecond: Double
+        /// The longest a call waits for its turn under these limits; a call that would wait longer is refused at
+        /// once (`AppStoreServerAPIError.Kind.throttled`, with the moment it could go as `retryAfter`) instead of
+        /// joining a queue that grows without bound. The customer API sets a short one (it answers 503 with
+        /// `Retry-After`); the operator's tools wait longer.
+        public var maximumWait: Duration = .seconds(30)
 
         public init(environment: Environment) {
             let scale = environment == .production ? 1.0 : 0.1

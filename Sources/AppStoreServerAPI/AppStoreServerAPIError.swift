@@ -12,6 +12,9 @@ public struct AppStoreServerAPIError: Error, Sendable, CustomStringConvertible {
         case malformedResponse
         /// Retries used up (the last failure is in `reason`).
         case retriesExhausted
+        /// Not sent: our own per-app rate limit would have made the call wait longer than
+        /// `RateLimits.maximumWait` (`retryAfter` says when it could go).
+        case throttled
     }
 
     public var kind: Kind
@@ -46,7 +49,7 @@ public struct AppStoreServerAPIError: Error, Sendable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch kind {
         case .transport: return true
-        case .malformedResponse, .retriesExhausted: return false
+        case .malformedResponse, .retriesExhausted, .throttled: return false
         case .response:
             if let errorCode { return AppleErrorCode.retryable.contains(errorCode) || errorCode == AppleErrorCode.rateLimitExceeded }
             guard let httpStatus else { return false }

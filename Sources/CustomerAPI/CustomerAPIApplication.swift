@@ -40,20 +40,25 @@ public func buildCustomerAPIServices(
     var appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient] = [:]
     if let variables = shared.appStoreVariables {
         for environment in Set(shared.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
-            appStore[environment] = AppStoreServerAPIClient(configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger)
+            var apiConfiguration = try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment)
+            // A request of a backend waits at most this long for Apple's turn, then gets 503 with Retry-After.
+            apiConfiguration.rateLimits.maximumWait = .seconds(2)
+            appStore[environment] = AppStoreServerAPIClient(configuration: apiConfiguration, logger: logger)
         }
     }
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
         configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic),
-        appStore: appStore, metrics: metrics, logger: logger)
+        appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: .milliseconds(configuration.orderCacheMilliseconds)), logger: logger)
 
     let router = Router()
     try handler.registerHandlers(on: router, middlewares: [
         ErrorResponseMiddleware(metrics: metrics, logger: logger),
         LocationHeaderMiddleware(),
         BodyLimitMiddleware(maximumBytes: configuration.maximumBodyBytes),
-        AuthenticationMiddleware(keys: APIKeyCache(store: store, ttl: .milliseconds(configuration.keyCacheMilliseconds)), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId))),
+        AuthenticationMiddleware(
+            keys: APIKeyCache(store: store, ttl: .milliseconds(configuration.keyCacheMilliseconds)), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId)),
+            rateLimiter: KeyRateLimiter(rate: configuration.rateLimitPerSecond, burst: configuration.rateBurst)),
     ])
     let limits = HTTPConnectionLimits(
         idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,
@@ -80,7 +85,35 @@ public func buildCustomerAPIServices(
         onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
         logger: logger)
     let clients = AppStoreClients(clients: Array(appStore.values))
-    return CustomerAPIServices(services: [postgres, clients, producer, api, ops])
+    let retrier = AppleTokenRetrier(
+        handler: handler, enabled: !appStore.isEmpty, interval: .milliseconds(configuration.appleTokenRetryMilliseconds), logger: logger)
+    return CustomerAPIServices(services: [postgres, clients, producer, retrier, api, ops])
+}
+
+/// Set App Account Token for new owners whose first call failed (or never ran), every `CUSTOMER_API_APPLE_TOKEN_RETRY_MS`, in the
+/// background: reads never write to Apple, and a failure at Apple delays only this loop.
+struct AppleTokenRetrier: Service {
+    let handler: CustomerAPIHandler
+    let enabled: Bool
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        guard enabled else { return try await gracefulShutdown() }
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                guard !Task.isCancelled else { return }
+                do {
+                    for record in try await handler.store.purchasesAwaitingAppleToken(limit: 50) {
+                        await handler.tellAppleTheOwner(record, ownershipType: nil)
+                    }
+                } catch {
+                    logger.debug("could not list the owners Apple has not been told: \(String(reflecting: error))")
+                }
+            }
+        }
+    }
 }
 
 /// Closes the App Store Server API clients when the process stops.

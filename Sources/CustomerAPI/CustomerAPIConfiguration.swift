@@ -21,6 +21,16 @@ public struct CustomerAPIConfiguration: Sendable {
     /// `CUSTOMER_API_KEY_CACHE_MS`: how long a key's row is reused before it is read again (a revoked key is
     /// refused within this; at most 1 000).
     public var keyCacheMilliseconds = 500
+    /// `CUSTOMER_API_RATE_LIMIT`: requests a second each key may make (a token bucket per key; over it, 429 with
+    /// `Retry-After`). 0 turns the limit off.
+    public var rateLimitPerSecond = 50.0
+    /// `CUSTOMER_API_RATE_BURST`: how many requests a key may make at once before the rate applies.
+    public var rateBurst = 100
+    /// `CUSTOMER_API_ORDER_CACHE_MS`: how long Apple's answer to Look Up Order ID is reused for the same order.
+    public var orderCacheMilliseconds = 60_000
+    /// `CUSTOMER_API_APPLE_TOKEN_RETRY_MS`: how often Set App Account Token is tried again, in the background, for
+    /// new owners Apple has not been told yet.
+    public var appleTokenRetryMilliseconds = 30_000
     /// `OWNERSHIP_POLICY`: every app's policy unless `OWNERSHIP_POLICY_BY_APP` names it.
     public var ownershipPolicy = OwnershipPolicy.transfer
     /// `OWNERSHIP_POLICY_BY_APP`: `bundleA=keep,bundleB=transfer-if-inactive`.
@@ -36,7 +46,8 @@ public struct CustomerAPIConfiguration: Sendable {
     /// The environment variables the customer API reads (for `--help`, the docs and the deployment check).
     public static let environmentKeys = [
         "CUSTOMER_API_HOST", "CUSTOMER_API_PORT", "CUSTOMER_API_OPS_PORT", "CUSTOMER_API_APPLY_TIMEOUT_MS", "CUSTOMER_API_MAX_BODY_BYTES",
-        "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE_MS", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
+        "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE_MS", "CUSTOMER_API_RATE_LIMIT", "CUSTOMER_API_RATE_BURST",
+        "CUSTOMER_API_ORDER_CACHE_MS", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
         "APPS", "TRUSTED_ROOTS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "NOTIFICATIONS_TOPIC", "LOG_LEVEL",
     ] + KafkaEnvironment.keys + OperationsConfiguration.appStoreKeys
 
@@ -52,6 +63,16 @@ public struct CustomerAPIConfiguration: Sendable {
         configuration.requestTimeoutMilliseconds = try environment.int("CUSTOMER_API_REQUEST_TIMEOUT_MS", default: configuration.requestTimeoutMilliseconds, range: 100...600_000)
         configuration.idleTimeoutMilliseconds = try environment.int("CUSTOMER_API_IDLE_TIMEOUT_MS", default: configuration.idleTimeoutMilliseconds, range: 100...3_600_000)
         configuration.keyCacheMilliseconds = try environment.int("CUSTOMER_API_KEY_CACHE_MS", default: configuration.keyCacheMilliseconds, range: 0...1_000)
+        if let text = environment.optionalString("CUSTOMER_API_RATE_LIMIT") {
+            guard let rate = Double(text), rate >= 0, rate <= 1_000_000 else {
+                throw ConfigurationError(variable: "CUSTOMER_API_RATE_LIMIT", reason: "\(UntrustedText.quoted(text, limit: 40)) is not a number of requests a second (0: no limit)")
+            }
+            configuration.rateLimitPerSecond = rate
+        }
+        configuration.rateBurst = try environment.int("CUSTOMER_API_RATE_BURST", default: configuration.rateBurst, range: 1...1_000_000)
+        configuration.orderCacheMilliseconds = try environment.int("CUSTOMER_API_ORDER_CACHE_MS", default: configuration.orderCacheMilliseconds, range: 0...3_600_000)
+        configuration.appleTokenRetryMilliseconds = try environment.int(
+            "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", default: configuration.appleTokenRetryMilliseconds, range: 1_000...86_400_000)
         if let text = environment.optionalString("OWNERSHIP_POLICY") {
             guard let policy = OwnershipPolicy(rawValue: text) else {
                 throw ConfigurationError(variable: "OWNERSHIP_POLICY", reason: "\(UntrustedText.quoted(text)) is not transfer, keep or transfer-if-inactive")
@@ -86,6 +107,10 @@ public struct CustomerAPIConfiguration: Sendable {
           CUSTOMER_API_REQUEST_TIMEOUT_MS           a request's head and body must arrive within this, or 408 (15000)
           CUSTOMER_API_IDLE_TIMEOUT_MS              an idle connection is closed after this (60000)
           CUSTOMER_API_KEY_CACHE_MS                 a key's row is reused this long; a revoked key is refused after it (500, at most 1000)
+          CUSTOMER_API_RATE_LIMIT                   requests a second per key, then 429 + Retry-After (50; 0: no limit)
+          CUSTOMER_API_RATE_BURST                   requests a key may make at once before the rate applies (100)
+          CUSTOMER_API_ORDER_CACHE_MS               Apple's Look Up Order ID answer is reused this long (60000)
+          CUSTOMER_API_APPLE_TOKEN_RETRY_MS         Set App Account Token is retried in the background this often (30000)
           OWNERSHIP_POLICY                          transfer | keep | transfer-if-inactive (transfer)
           OWNERSHIP_POLICY_BY_APP                   per app: bundleA=keep,bundleB=transfer-if-inactive
           APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*

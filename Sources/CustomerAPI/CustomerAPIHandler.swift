@@ -16,9 +16,12 @@ struct CustomerAPIHandler: APIProtocol {
     /// App Store Server API clients by environment, where a key is configured (Set App Account Token, Look Up Order ID).
     let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
     let metrics: CustomerAPIMetrics
+    let orders: OrderLookupCache
     let logger: Logger
-    /// How often a waiting purchase looks whether a worker applied it.
-    var pollInterval: Duration = .milliseconds(10)
+    /// The first wait of a purchase looking whether a worker applied it; each wait doubles, up to `longestPoll`, so
+    /// a purchase waiting 5 s reads its row about 30 times, not 500.
+    var firstPoll: Duration = .milliseconds(5)
+    var longestPoll: Duration = .milliseconds(250)
 
     // MARK: - Purchases
 
@@ -67,21 +70,39 @@ struct CustomerAPIHandler: APIProtocol {
             record = try await waitUntilApplied(key: document.purchaseKey, deadline: started + .milliseconds(configuration.applyTimeoutMilliseconds)) ?? record
             if record.status != .pending { metrics.applyLatency.record(ContinuousClock.now - started) }
         }
-        switch try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue) {
+        switch try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue, mayWriteToApple: true) {
+        case .applied(let result): return .ok(.init(body: .json(result)))
+        case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
+        }
+    }
+
+    /// The 202's `Location`: one claim's outcome, whoever else claimed the same transaction.
+    func getPurchaseClaim(_ input: Operations.GetPurchaseClaim.Input) async throws -> Operations.GetPurchaseClaim.Output {
+        let record: CustomerPurchaseRecord?
+        do {
+            record = try await store.purchase(key: input.path.claimId)
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        guard let record, record.bundleId == input.path.bundleId else { throw CustomerAPIError.notFound("no such purchase claim for this app") }
+        switch try await answer(record, ownershipType: nil, mayWriteToApple: false) {
         case .applied(let result): return .ok(.init(body: .json(result)))
         case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
         }
     }
 
     func getPurchase(_ input: Operations.GetPurchase.Input) async throws -> Operations.GetPurchase.Output {
+        guard let customerId = CustomerId.canonical(input.query.customerId) else {
+            throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
+        }
         let record: CustomerPurchaseRecord?
         do {
-            record = try await store.latestPurchase(bundleId: input.path.bundleId, transactionId: input.path.transactionId)
+            record = try await store.latestPurchase(bundleId: input.path.bundleId, transactionId: input.path.transactionId, customerId: customerId)
         } catch {
             throw CustomerAPIError.unavailable
         }
-        guard let record else { throw CustomerAPIError.notFound("no purchase of this transaction was posted for this app") }
-        switch try await answer(record, ownershipType: nil) {
+        guard let record else { throw CustomerAPIError.notFound("this customer posted no purchase of this transaction for this app") }
+        switch try await answer(record, ownershipType: nil, mayWriteToApple: false) {
         case .applied(let result): return .ok(.init(body: .json(result)))
         case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
         }
@@ -92,18 +113,32 @@ struct CustomerAPIHandler: APIProtocol {
         case pending(Components.Schemas.PurchasePending, location: String)
     }
 
-    /// The answer to a purchase as it now stands: pending (202), taken by another customer (409), or applied
-    /// (200, with the customer's entitlements read after the worker's commit, and Apple told the new owner).
-    func answer(_ record: CustomerPurchaseRecord, ownershipType: String?) async throws -> PurchaseAnswer {
+    /// The answer to a claim as it now stands: pending (202, `Location` naming this claim), taken by another
+    /// customer (409), or applied (200, with the claimant's entitlements read after the worker's commit). An
+    /// accepted claim whose purchase has since moved to another customer answers 409: today's owner, never a
+    /// cached first answer. Only a POST (`mayWriteToApple`) calls Set App Account Token; a read never writes to
+    /// Apple (`AppleTokenRetrier` retries in the background).
+    func answer(_ record: CustomerPurchaseRecord, ownershipType: String?, mayWriteToApple: Bool) async throws -> PurchaseAnswer {
         switch record.status {
         case .pending:
-            let location = "/v1/apps/\(Self.pathComponent(record.bundleId))/purchases/\(Self.pathComponent(record.transactionId))"
+            let location = "/v1/apps/\(Self.pathComponent(record.bundleId))/purchases/claims/\(Self.pathComponent(record.purchaseKey))"
             return .pending(.init(status: .pending, transactionId: record.transactionId, location: location), location: location)
         case .conflict:
             throw CustomerAPIError(409, "owned_by_another_customer", "this purchase is owned by another customer, and the app's ownership policy keeps it there")
         case .accepted:
+            let owner: CustomerOwnership?
+            do {
+                owner = try await store.ownership(environment: record.environment, bundleId: record.bundleId, originalTransactionId: record.originalTransactionId)
+            } catch {
+                throw CustomerAPIError.unavailable
+            }
+            if let owner, owner.customerId != record.customerId {
+                throw CustomerAPIError(
+                    409, "owned_by_another_customer",
+                    "this purchase has moved to another customer since this claim was applied; post a freshly signed transaction to claim it again under the app's policy")
+            }
             let decision = record.decision.flatMap(OwnershipDecision.init(rawValue:)) ?? .alreadyOwned
-            if decision == .bound || decision == .transferred { await tellAppleTheOwner(record, ownershipType: ownershipType) }
+            if mayWriteToApple, decision == .bound || decision == .transferred { await tellAppleTheOwner(record, ownershipType: ownershipType) }
             let customer = try await readCustomer(bundleId: record.bundleId, customerId: record.customerId, environment: nil)
             let ownership: Components.Schemas.PurchaseOutcome.OwnershipPayload = switch decision {
             case .bound: .bound
@@ -119,13 +154,17 @@ struct CustomerAPIHandler: APIProtocol {
         }
     }
 
-    /// Polls the purchase's row until a worker applied it or the deadline passed (nil: the row is gone or unreadable).
+    /// Reads the purchase's row until a worker applied it or the deadline passed (nil: the row is gone or
+    /// unreadable), with a doubling wait between reads (bounded by `longestPoll` and the deadline).
     func waitUntilApplied(key: String, deadline: ContinuousClock.Instant) async throws -> CustomerPurchaseRecord? {
+        var wait = firstPoll
         while true {
             let record = try? await store.purchase(key: key)
             if let record, record.status != .pending { return record }
-            if ContinuousClock.now >= deadline || Task.isCancelled { return record }
-            try? await Task.sleep(for: pollInterval)
+            let now = ContinuousClock.now
+            if now >= deadline || Task.isCancelled { return record }
+            try? await Task.sleep(for: min(wait, deadline - now))
+            wait = min(wait * 2, longestPoll)
         }
     }
 
@@ -173,7 +212,13 @@ struct CustomerAPIHandler: APIProtocol {
 
     func readCustomer(bundleId: String, customerId: String, environment: String?) async throws -> Components.Schemas.Customer {
         do {
-            let subscriptions = try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment).map(Self.subscription)
+            // A customer's view names only that customer: where Apple's appAccountToken is still a previous owner's
+            // (a purchase transferred here, Apple not told yet), it is left out.
+            let subscriptions = try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment).map { row in
+                var subscription = Self.subscription(row)
+                if let token = subscription.appAccountToken, token.lowercased() != customerId { subscription.appAccountToken = nil }
+                return subscription
+            }
             let purchases = try await store.customerOneTimePurchases(bundleId: bundleId, customerId: customerId, environment: environment).map(Self.oneTimePurchase)
             return .init(
                 customerId: customerId, bundleId: bundleId, hasActiveAccess: subscriptions.contains(where: \.isActive) || purchases.contains(where: \.isActive),
@@ -215,9 +260,12 @@ struct CustomerAPIHandler: APIProtocol {
         if environment != "Sandbox", let api = appStore[.production] {
             let signed: [String]
             do {
-                signed = try await api.lookUpOrder(bundleId: bundleId, orderId: orderId)
+                signed = try await orders.signedTransactions(bundleId: bundleId, orderId: orderId) { try await api.lookUpOrder(bundleId: bundleId, orderId: orderId) }
             } catch let error as AppStoreServerAPIError {
-                throw CustomerAPIError(503, "apple_unavailable", "Look Up Order ID failed: \(error.errorCode.map { "Apple error \($0)" } ?? "\(error.kind)")", headers: ["Retry-After": "5"])
+                let wait = error.retryAfter.map { max(1, Int($0.timeIntervalSinceNow.rounded(.up))) } ?? 5
+                throw CustomerAPIError(
+                    503, "apple_unavailable", "Look Up Order ID failed: \(error.errorCode.map { "Apple error \($0)" } ?? "\(error.kind)")",
+                    headers: ["Retry-After": String(wait)])
             }
             var verified: [JWSTransactionDecodedPayload] = []
             for jws in signed {

@@ -59,7 +59,7 @@ struct ErrorResponseMiddleware: ServerMiddleware {
         } catch {
             let refusal = Self.refusal(for: error)
             if refusal.status >= 500 && refusal.code == "internal" {
-                logger.error("request failed", metadata: ["route": "\(operationID)", "error": "\(UntrustedText.escaped(String(describing: error), limit: 600))"])
+                logger.error("request failed", metadata: ["route": "\(operationID)", "error": "\(UntrustedText.escaped(Self.loggable(error), limit: 600))"])
             }
             metrics.request(route: operationID, status: refusal.status)
             var response = HTTPResponse(status: .init(code: refusal.status))
@@ -67,6 +67,14 @@ struct ErrorResponseMiddleware: ServerMiddleware {
             for (name, value) in refusal.headers { if let field = HTTPField.Name(name) { response.headerFields[field] = value } }
             return (response, HTTPBody(CustomerAPIError.body(code: refusal.code, message: refusal.message)))
         }
+    }
+
+    /// What a failed request's log line says of its error: never the request itself. OpenAPIRuntime's
+    /// `ServerError` describes the whole request, headers included, so its `Authorization` (a live key) would
+    /// be in the log; only the cause and the underlying error are kept.
+    static func loggable(_ error: any Error) -> String {
+        guard let error = error as? ServerError else { return String(describing: error) }
+        return "\(error.operationID): \(error.causeDescription): \(String(describing: error.underlyingError))"
     }
 
     static func refusal(for error: any Error) -> CustomerAPIError {
@@ -121,10 +129,13 @@ struct BodyLimitMiddleware: ServerMiddleware {
 
 /// `Authorization: Bearer ak_…`: the key's row (cached for at most `CUSTOMER_API_KEY_CACHE_MS`, so a revoked key
 /// is refused within a second), its hash compared in constant time (an unknown id against a fixed value, so an
-/// answer does not tell whether a key exists), then the route's bundle id and scope.
+/// answer does not tell whether a key exists), then the key's rate (`CUSTOMER_API_RATE_LIMIT`), the route's
+/// bundle id and scope. A bundle id the key does not see gets one answer whether the app exists or not (no
+/// tenant oracle), and a route without a bundle id is refused (fail closed).
 struct AuthenticationMiddleware: ServerMiddleware {
     let keys: APIKeyCache
     let configuredBundleIds: Set<String>
+    let rateLimiter: KeyRateLimiter
 
     /// The scope each operation needs: purchases write, everything else reads.
     static func scope(of operationID: String) -> APIKeyScope { operationID == "postPurchase" ? .write : .read }
@@ -149,13 +160,14 @@ struct AuthenticationMiddleware: ServerMiddleware {
         guard APIKeySecret.matches(presented, stored: usable?.secretSHA256), let key = usable else {
             throw CustomerAPIError(401, "unauthorized", "the key is unknown or revoked", headers: challenge)
         }
-        if let bundleId = metadata.pathParameters["bundleId"].map(String.init) {
-            guard configuredBundleIds.contains(bundleId) else {
-                throw CustomerAPIError(403, "unknown_app", "\(UntrustedText.quoted(bundleId, limit: 100)) is not an app of this pipeline (APPS)")
-            }
-            guard key.bundleIds.isEmpty || key.bundleIds.contains(bundleId) else {
-                throw CustomerAPIError(403, "forbidden_bundle", "this key does not see \(UntrustedText.quoted(bundleId, limit: 100))")
-            }
+        if let wait = rateLimiter.refusal(key: key.id) {
+            throw CustomerAPIError(429, "rate_limited", "this key is over its rate; retry after \(wait) s (other keys are not slowed)", headers: ["Retry-After": String(wait)])
+        }
+        await keys.noteUse(id: key.id)
+        guard let bundleId = metadata.pathParameters["bundleId"].map(String.init),
+            configuredBundleIds.contains(bundleId), key.bundleIds.isEmpty || key.bundleIds.contains(bundleId)
+        else {
+            throw CustomerAPIError(403, "forbidden_bundle", "this key does not see this app")
         }
         guard (APIKeyScope(rawValue: key.scope) ?? .read).allows(Self.scope(of: operationID)) else {
             throw CustomerAPIError(403, "insufficient_scope", "this operation needs a key of scope \(Self.scope(of: operationID).rawValue)")
@@ -174,6 +186,22 @@ final class APIKeyCache: Sendable {
     init(store: EntitlementStore, ttl: Duration) {
         self.store = store
         self.ttl = ttl
+    }
+
+    /// When this process last wrote each key's `last_used_at`.
+    private let touched = Mutex<[String: ContinuousClock.Instant]>([:])
+
+    /// Writes the key's `last_used_at`, at most once a minute per key (per process, and the statement itself skips
+    /// a row written in the last minute by another); a failure is not the request's.
+    func noteUse(id: String) async {
+        let now = ContinuousClock.now
+        let due = touched.withLock { touched in
+            if let last = touched[id], now - last < .seconds(60) { return false }
+            if touched.count > 10_000 { touched.removeAll() }
+            touched[id] = now
+            return true
+        }
+        if due { try? await store.touchAPIKey(id: id) }
     }
 
     func record(id: String) async throws -> APIKeyRecord? {

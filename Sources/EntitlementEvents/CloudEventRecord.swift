@@ -4,6 +4,10 @@ import KafkaClient
 
 /// An outbox row as a Kafka record in the CloudEvents Kafka protocol binding, binary content mode: the
 /// attributes are `ce_*` headers, the value is the `data` JSON, `content-type` says so; key = subject.
+///
+/// No `ce_sequence`: the CloudEvents sequence extension orders events within a `source`, and our order is per
+/// subscription (`subject`) inside a source per app. The order travels as `data.sequence` instead, next to the
+/// subject it counts; the source stays per app, which is what consumers filter on.
 public enum CloudEventRecord {
     public static func message(_ event: OutboxEvent, topic: String) -> KafkaProducerMessage {
         var headers = [
@@ -14,7 +18,6 @@ public enum CloudEventRecord {
             KafkaHeader(key: CloudEventsHeader.subject, string: event.subject),
             KafkaHeader(key: CloudEventsHeader.time, string: event.time),
         ]
-        if let sequence = event.paddedSequence { headers.append(KafkaHeader(key: CloudEventsHeader.sequence, string: sequence)) }
         headers.append(KafkaHeader(key: CloudEventsHeader.contentType, string: "application/json"))
         return KafkaProducerMessage(topic: topic, key: Array(event.subject.utf8), value: Array(event.data.utf8), headers: headers)
     }
@@ -32,7 +35,6 @@ public enum CloudEventRecord {
             "subject": .string(record.headers.string(CloudEventsHeader.subject) ?? ""),
             "time": .string(record.headers.string(CloudEventsHeader.time) ?? ""),
         ])
-        if let sequence = record.headers.string(CloudEventsHeader.sequence) { object["sequence"] = .string(sequence) }
         object["datacontenttype"] = .string(record.headers.string(CloudEventsHeader.contentType) ?? "application/json")
         object["data"] = data
         return object

@@ -59,4 +59,11 @@ extension EntitlementStore {
         }
         return keys
     }
+
+    /// Sets `last_used_at` to now unless it was set within the last minute.
+    public func touchAPIKey(id: String) async throws {
+        try await client.query(
+            "UPDATE api_keys SET last_used_at = now() WHERE id = \(id) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')",
+            logger: logger)
+    }
 }

@@ -27,9 +27,6 @@ public struct OutboxEvent: Sendable, Hashable {
         self.sequence = sequence
         self.data = data
     }
-
-    /// `ce_sequence`: zero-padded to 20 digits, so that it orders as text, as the CloudEvents extension asks.
-    public var paddedSequence: String? { sequence.map(EntitlementEvent.paddedSequence) }
 }
 
 extension EntitlementStore {

@@ -77,14 +77,34 @@ extension EntitlementStore {
         ).first
     }
 
-    /// The latest purchase of `transactionId` posted for `bundleId` (the 202's `Location`).
-    public func latestPurchase(bundleId: String, transactionId: String) async throws -> CustomerPurchaseRecord? {
+    /// The latest purchase of `transactionId` that `customerId` posted for `bundleId` (never another customer's).
+    public func latestPurchase(bundleId: String, transactionId: String, customerId: String) async throws -> CustomerPurchaseRecord? {
         try await selectPurchases(
             """
             SELECT purchase_key, environment, bundle_id, transaction_id, original_transaction_id, customer_id, policy, status, decision, requested_at, applied_at
-            FROM customer_purchases WHERE bundle_id = \(bundleId) AND transaction_id = \(transactionId) ORDER BY requested_at DESC, purchase_key LIMIT 1
+            FROM customer_purchases WHERE bundle_id = \(bundleId) AND transaction_id = \(transactionId) AND customer_id = \(customerId)
+            ORDER BY requested_at DESC, purchase_key LIMIT 1
             """
         ).first
+    }
+
+    /// Purchases whose new owner Apple has not been told yet (Set App Account Token never sent, or failed), oldest
+    /// first: what the customer API's background retrier sends.
+    public func purchasesAwaitingAppleToken(limit: Int) async throws -> [CustomerPurchaseRecord] {
+        try await selectPurchases(
+            """
+            SELECT DISTINCT ON (p.environment, p.bundle_id, p.original_transaction_id)
+                p.purchase_key, p.environment, p.bundle_id, p.transaction_id, p.original_transaction_id, p.customer_id, p.policy, p.status, p.decision,
+                p.requested_at, p.applied_at
+            FROM customer_ownership o
+            JOIN customer_purchases p ON p.environment = o.environment AND p.bundle_id = o.bundle_id AND p.original_transaction_id = o.original_transaction_id
+                AND p.customer_id = o.customer_id AND p.status = 'accepted' AND p.decision IN ('bound', 'transferred')
+            WHERE o.via IN ('bound', 'transferred') AND (o.apple_token_status IS NULL OR o.apple_token_status LIKE 'failed%')
+                AND o.since < now() - interval '30 seconds'
+            ORDER BY p.environment, p.bundle_id, p.original_transaction_id, p.applied_at DESC
+            LIMIT \(limit)
+            """
+        )
     }
 
     private func selectPurchases(_ query: PostgresQuery) async throws -> [CustomerPurchaseRecord] {

@@ -543,5 +543,10 @@ public enum Migrations {
             """,
         ]),
         metrics,
+        // Webhook attempts are fenced: a claim writes a fresh token, an attempt records its outcome only while the row
+        // still carries it. Only a nullable column is added: no rewrite, no scan under a lock.
+        Migration(version: 15, name: "webhook deliveries: lease token", sql: [
+            "ALTER TABLE webhook_deliveries ADD COLUMN lease_token uuid",
+        ]),
     ]
 }

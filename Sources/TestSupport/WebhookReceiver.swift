@@ -8,7 +8,9 @@ import Synchronization
 /// A webhook receiver on loopback for tests: records every POST it gets (headers, body, its own answer) and
 /// answers as told. Paths: `/hook/<name>` answers 200 (or 500 while the event's subject is failing),
 /// `/redirect` answers 302 to `/redirected` (which records too, so a followed redirect would show), `/slow`
-/// answers only after `slowSeconds`.
+/// answers only after `slowSeconds`. Misbehaving receivers: `/stall` sends a head announcing 100 bytes and then
+/// nothing; `/trickle` sends them one byte every half second; `/gone` answers 410; `/busy` answers a delivery's
+/// first attempt 429 with `Retry-After: <busyRetryAfterSeconds>`, its next 200.
 public final class WebhookReceiver: Sendable {
     public struct Delivery: Sendable {
         public var path: String
@@ -32,10 +34,12 @@ public final class WebhookReceiver: Sendable {
 
     private let state = Mutex(State())
     public let slowSeconds: Int
+    public let busyRetryAfterSeconds: Int
     let logger: Logger
 
-    public init(slowSeconds: Int = 5) {
+    public init(slowSeconds: Int = 5, busyRetryAfterSeconds: Int = 3) {
         self.slowSeconds = slowSeconds
+        self.busyRetryAfterSeconds = busyRetryAfterSeconds
         var logger = Logger(label: "webhook-receiver")
         logger.logLevel = .error
         self.logger = logger
@@ -53,6 +57,35 @@ public final class WebhookReceiver: Sendable {
         router.post("/slow") { request, _ in
             try await Task.sleep(for: .seconds(self.slowSeconds))
             return try await self.receive(request, path: "/slow")
+        }
+        router.post("/stall") { request, _ in
+            _ = try await self.record(request, path: "/stall", status: 200)
+            return Response(status: .ok, headers: [.contentLength: "100"], body: ResponseBody { writer in
+                try await Task.sleep(for: .seconds(30))  // the head is out; the body never comes (the sender cuts it)
+                try await writer.finish(nil)
+            })
+        }
+        router.post("/trickle") { request, _ in
+            _ = try await self.record(request, path: "/trickle", status: 200)
+            return Response(status: .ok, headers: [.contentLength: "100"], body: ResponseBody { writer in
+                for _ in 0..<100 {
+                    try await writer.write(ByteBuffer(string: "."))
+                    try await Task.sleep(for: .milliseconds(500))
+                }
+                try await writer.finish(nil)
+            })
+        }
+        router.post("/gone") { request, _ in
+            _ = try await self.record(request, path: "/gone", status: 410)
+            return Response(status: .gone)
+        }
+        router.post("/busy") { request, _ in
+            let id = request.headers[.init("webhook-id")!] ?? ""
+            let seen = self.deliveries.contains { $0.path == "/busy" && $0.id == id }
+            _ = try await self.record(request, path: "/busy", status: seen ? 200 : 429)
+            return seen
+                ? Response(status: .ok)
+                : Response(status: .tooManyRequests, headers: [.retryAfter: String(self.busyRetryAfterSeconds)])
         }
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = Application(

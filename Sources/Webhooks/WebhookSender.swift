@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import AsyncHTTPClient
 import Foundation
 import NIOCore
@@ -12,46 +13,62 @@ public struct WebhookAttempt: Sendable, Hashable {
     public var latencyMilliseconds: Int
     /// At most `WebhookSender.excerptBytes` of the answer's body, as text.
     public var responseExcerpt: String?
+    /// A 429's or 503's `Retry-After` (seconds or an HTTP date), as a delay from the answer.
+    public var retryAfter: Duration?
+    /// True when the attempt's deadline ended it (no answer, or an answer whose body did not end in time).
+    public var timedOut = false
     /// 2xx within the timeout.
     public var succeeded: Bool { status.map { (200..<300).contains($0) } ?? false }
+
+    public init(status: Int?, error: String?, latencyMilliseconds: Int, responseExcerpt: String?, retryAfter: Duration? = nil, timedOut: Bool = false) {
+        self.status = status
+        self.error = error
+        self.latencyMilliseconds = latencyMilliseconds
+        self.responseExcerpt = responseExcerpt
+        self.retryAfter = retryAfter
+        self.timedOut = timedOut
+    }
 }
 
-/// POSTs one signed delivery as the Standard Webhooks spec says, with the limits a sender owes the operator: a
-/// deadline (`WEBHOOK_TIMEOUT_MS`), no redirect followed, at most 64 KB of the answer read, and the target's
-/// addresses checked after DNS resolution immediately before every attempt.
+/// POSTs one signed delivery as the Standard Webhooks spec says, with the limits a sender owes the operator:
+/// - one deadline (`WEBHOOK_TIMEOUT_MS`) for the whole attempt: name resolution, connect, TLS, the request, the
+///   answer's head and its body. A receiver that answers a head and then stalls, or trickles a byte a second, is
+///   cut there (the connection closed) and the attempt is a timeout, so an attempt never outlives its lease;
+/// - the host resolved once, every address checked (`WebhookTarget`), and the connection made to the checked
+///   address (AsyncHTTPClient's DNS override: the `Host` header and TLS server name stay the URL's), so a second
+///   resolution cannot point the request elsewhere (DNS rebinding);
+/// - no redirect followed, at most 64 KB of the answer read.
+///
+/// Each attempt has a client of its own, since the address it may connect to is the attempt's own; the client is
+/// shut down when the attempt ends, closing whatever the deadline cut.
 public final class WebhookSender: Sendable {
     public static let excerptBytes = 65_536
     /// The headers every delivery carries (docs/webhooks.yaml lists each; the consistency test checks it).
     public static let headerNames = ["webhook-id", "webhook-timestamp", "webhook-signature", "content-type"]
-    let client: HTTPClient
     let timeout: Duration
     let allowPrivateTargets: Bool
 
     public init(timeout: Duration, allowPrivateTargets: Bool) {
-        var configuration = HTTPClient.Configuration()
-        configuration.redirectConfiguration = .disallow
-        configuration.timeout = .init(connect: .seconds(5))
-        configuration.connectionPool = .init(idleTimeout: .seconds(30))
-        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         self.timeout = timeout
         self.allowPrivateTargets = allowPrivateTargets
     }
 
-    public func shutdown() async {
-        try? await client.shutdown()
-    }
+    /// Nothing is kept between attempts; kept so that callers end a sender the same way whatever it holds.
+    public func shutdown() async {}
 
     /// Sends `body` (the event as structured CloudEvents JSON) to `url` signed with `secrets` (the current one,
     /// plus the previous one during a rotation's overlap).
     public func deliver(url: String, allowHTTP: Bool, id: String, body: [UInt8], secrets: [String], now: Date = Date()) async -> WebhookAttempt {
         let started = ContinuousClock.now
-        func elapsed() -> Int { Int((ContinuousClock.now - started).components.seconds * 1000 + (ContinuousClock.now - started).components.attoseconds / 1_000_000_000_000_000) }
+        let deadline = started + timeout
+        func elapsed() -> Int { Self.milliseconds(ContinuousClock.now - started) }
         let target: WebhookTarget
+        let address: WebhookTarget.ResolvedAddress
         do {
             target = try WebhookTarget.parse(url, allowHTTP: allowHTTP)
-            _ = try await target.checkAddresses(allowPrivate: allowPrivateTargets)
+            address = try await target.checkAddresses(allowPrivate: allowPrivateTargets, deadline: deadline)[0]
         } catch {
-            return WebhookAttempt(status: nil, error: error.description, latencyMilliseconds: elapsed(), responseExcerpt: nil)
+            return WebhookAttempt(status: nil, error: error.description, latencyMilliseconds: elapsed(), responseExcerpt: nil, timedOut: ContinuousClock.now >= deadline)
         }
         let timestamp = Int64(now.timeIntervalSince1970)
         var request = HTTPClientRequest(url: target.url.absoluteString)
@@ -62,24 +79,72 @@ public final class WebhookSender: Sendable {
         request.headers.add(name: "webhook-timestamp", value: String(timestamp))
         request.headers.add(name: "webhook-signature", value: WebhookSignature.header(id: id, timestamp: timestamp, body: body, secrets: secrets))
         request.body = .bytes(ByteBuffer(bytes: body))
+
+        var configuration = HTTPClient.Configuration()
+        configuration.redirectConfiguration = .disallow
+        configuration.timeout = .init(connect: .nanoseconds(Int64(Self.milliseconds(timeout)) * 1_000_000))
+        configuration.connectionPool = .init(idleTimeout: .seconds(1), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
+        if WebhookTarget.literal(target.host) == nil { configuration.dnsOverride = [target.host: address.text] }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        let prepared = request
+        let outcome = await withTaskGroup(of: WebhookAttempt?.self) { group in
+            group.addTask { await Self.exchange(client, prepared, deadline: deadline, started: started, timeout: self.timeout) }
+            group.addTask {
+                try? await Task.sleep(until: deadline)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            // The deadline came first: cancelling the exchange ends its body stream, which closes the connection.
+            group.cancelAll()
+            return first
+        }
+        try? await client.shutdown()
+        return outcome
+            ?? WebhookAttempt(
+                status: nil, error: Self.timeoutReason(timeout), latencyMilliseconds: elapsed(), responseExcerpt: nil, timedOut: true)
+    }
+
+    /// The request, its answer's head and at most `excerptBytes` of its body; cancelled at the deadline.
+    static func exchange(
+        _ client: HTTPClient, _ request: HTTPClientRequest, deadline: ContinuousClock.Instant, started: ContinuousClock.Instant, timeout: Duration
+    ) async -> WebhookAttempt {
+        func elapsed() -> Int { milliseconds(ContinuousClock.now - started) }
+        let remaining = deadline - ContinuousClock.now
         do {
-            let response = try await client.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000))
+            let response = try await client.execute(request, timeout: .nanoseconds(Int64(max(1, milliseconds(remaining))) * 1_000_000))
             var excerpt: [UInt8] = []
             for try await chunk in response.body {
-                excerpt += chunk.readableBytesView.prefix(Self.excerptBytes - excerpt.count)
-                if excerpt.count >= Self.excerptBytes { break }  // the rest is never read
+                excerpt += chunk.readableBytesView.prefix(excerptBytes - excerpt.count)
+                if excerpt.count >= excerptBytes { break }  // the rest is never read
             }
+            let status = Int(response.status.code)
             return WebhookAttempt(
-                status: Int(response.status.code), error: nil, latencyMilliseconds: elapsed(),
-                responseExcerpt: String(decoding: excerpt, as: UTF8.self))
+                status: status, error: nil, latencyMilliseconds: elapsed(), responseExcerpt: String(decoding: excerpt, as: UTF8.self),
+                retryAfter: status == 429 || status == 503 ? response.headers.first(name: "retry-after").flatMap { retryAfter($0) } : nil)
         } catch {
-            let reason: String
-            if let error = error as? HTTPClientError, error == .deadlineExceeded || error == .readTimeout {
-                reason = "no answer within \(timeout)"
-            } else {
-                reason = String(describing: error)
-            }
-            return WebhookAttempt(status: nil, error: String(reason.prefix(300)), latencyMilliseconds: elapsed(), responseExcerpt: nil)
+            let timedOut = ContinuousClock.now >= deadline || (error as? HTTPClientError).map { $0 == .deadlineExceeded || $0 == .readTimeout } == true
+            let reason = timedOut ? timeoutReason(timeout) : String(describing: error)
+            return WebhookAttempt(status: nil, error: String(reason.prefix(300)), latencyMilliseconds: elapsed(), responseExcerpt: nil, timedOut: timedOut)
         }
+    }
+
+    static func timeoutReason(_ timeout: Duration) -> String {
+        "no answer within \(timeout) (WEBHOOK_TIMEOUT_MS bounds the whole attempt, the answer's body included)"
+    }
+
+    /// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when it is neither.
+    public static func retryAfter(_ value: String, now: Date = Date()) -> Duration? {
+        let text = value.trimmingCharacters(in: .whitespaces)
+        if let seconds = Int64(text), seconds >= 0 { return .seconds(seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        guard let date = formatter.date(from: text) else { return nil }
+        return .milliseconds(max(0, Int64(date.timeIntervalSince(now) * 1000)))
+    }
+
+    static func milliseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
     }
 }

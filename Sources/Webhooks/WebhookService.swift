@@ -41,12 +41,33 @@ public struct WebhooksMetrics: Sendable {
             buckets: [.milliseconds(10), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30)])
     }
 
-    /// `webhooks_attempts_total{outcome}`: `delivered`, `retry` (failed, another attempt scheduled), `dead`.
+    /// `webhooks_attempts_total{outcome}`: `delivered`, `retry` (failed, another attempt scheduled), `dead`,
+    /// `gone` (410: the endpoint disabled), `fenced` (the attempt outlived its lease; its answer was not recorded).
     func attempt(_ outcome: String) {
         registry.makeCounter(
-            descriptor: .init(metricName: "webhooks_attempts", unitName: "total", helpText: "Delivery attempts by outcome: delivered, retry (failed, retried later), dead (schedule exhausted)"),
+            descriptor: .init(
+                metricName: "webhooks_attempts", unitName: "total",
+                helpText: "Delivery attempts by outcome: delivered, retry (failed, retried later), dead (schedule exhausted), gone (410), fenced (lease lost, not recorded)"),
             labels: [("outcome", outcome)]
         ).increment()
+    }
+
+    /// `webhooks_attempt_timeouts_total`: attempts cut at `WEBHOOK_TIMEOUT_MS` (no answer, or a body that did not end).
+    func timedOut() {
+        registry.makeCounter(
+            descriptor: .init(metricName: "webhooks_attempt_timeouts", unitName: "total", helpText: "Delivery attempts cut at the attempt's deadline (WEBHOOK_TIMEOUT_MS)")
+        ).increment()
+    }
+
+    /// `webhooks_disabled_endpoint_waiting_deliveries{endpoint}`: deliveries waiting for a disabled endpoint (0 while
+    /// it is enabled); the alert tells the operator to tell the receiver's owner by another channel.
+    func disabledWaiting(endpoint: String, count: Int) {
+        registry.makeGauge(
+            descriptor: .init(
+                metricName: "webhooks_disabled_endpoint_waiting", unitName: "deliveries",
+                helpText: "Per endpoint, deliveries waiting while it is disabled (0: enabled or nothing waits)"),
+            labels: [("endpoint", endpoint)]
+        ).record(Double(count))
     }
 
     /// `webhooks_oldest_undelivered_age_seconds{endpoint}`.
@@ -162,24 +183,24 @@ public struct WebhookDispatcher: Service {
     func attempt(_ delivery: DueDelivery) async {
         let result = await sender.deliver(url: delivery.url, allowHTTP: delivery.allowHTTP, id: delivery.eventId, body: Array(delivery.body.utf8), secrets: delivery.secrets)
         metrics.attemptDuration.record(.milliseconds(result.latencyMilliseconds))
-        let outcome: DeliveryOutcome
-        if result.succeeded {
-            outcome = .delivered
-            metrics.attempt("delivered")
-        } else if let delay = configuration.retryDelay(afterAttempt: delivery.attempts + 1) {
-            outcome = .retry(at: Date().addingTimeInterval(Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18))
-            metrics.attempt("retry")
-        } else {
-            outcome = .dead(disableAfter: configuration.disableAfterFailures)
-            metrics.attempt("dead")
-            logger.warning("delivery dead: the retry schedule is exhausted", metadata: ["endpoint": "\(delivery.endpointId)", "delivery": "\(delivery.id)"])
+        if result.timedOut { metrics.timedOut() }
+        let outcome = configuration.outcome(of: result, attempts: delivery.attempts)
+        switch outcome {
+        case .dead: logger.warning("delivery dead: the retry schedule is exhausted", metadata: ["endpoint": "\(delivery.endpointId)", "delivery": "\(delivery.id)"])
+        case .gone: logger.warning("the receiver answered 410 Gone: endpoint disabled", metadata: ["endpoint": "\(delivery.endpointId)"])
+        case .delivered, .retry: break
         }
         // Recorded even while shutting down (the attempt happened); a failure leaves the lease to expire and the
         // delivery to be attempted again, with the same id.
         for wait in [0, 200, 1_000] {
             if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
             do {
-                try await store.record(result, of: delivery, outcome: outcome)
+                if try await store.record(result, of: delivery, outcome: outcome) {
+                    metrics.attempt(outcome.label)
+                } else {
+                    metrics.attempt("fenced")
+                    logger.warning("an attempt outlived its lease: its answer is not recorded", metadata: ["delivery": "\(delivery.id)"])
+                }
                 return
             } catch {
                 logger.warning("could not record a delivery attempt", metadata: ["delivery": "\(delivery.id)", "error": "\(String(reflecting: error).prefix(300))"])
@@ -188,7 +209,7 @@ public struct WebhookDispatcher: Service {
     }
 }
 
-/// Every few seconds: the oldest undelivered age per endpoint into the gauge; every hour, pruning of finished
+/// Every few seconds: the oldest undelivered age and a disabled endpoint's waiting deliveries per endpoint into the gauges; every hour, pruning of finished
 /// deliveries older than `WEBHOOK_DELIVERY_RETENTION`.
 public struct WebhookMaintenance: Service {
     let configuration: WebhooksConfiguration
@@ -202,10 +223,16 @@ public struct WebhookMaintenance: Service {
             var known: Set<String> = []
             while !Task.isCancelled {
                 do {
-                    let ages = try await store.oldestUndeliveredAges()
-                    for (endpoint, age) in ages { metrics.oldestUndelivered(endpoint: endpoint, seconds: age) }
-                    for gone in known.subtracting(ages.keys) { metrics.oldestUndelivered(endpoint: gone, seconds: 0) }
-                    known = Set(ages.keys)
+                    let backlogs = try await store.backlogs()
+                    for (endpoint, backlog) in backlogs {
+                        metrics.oldestUndelivered(endpoint: endpoint, seconds: backlog.oldestAge)
+                        metrics.disabledWaiting(endpoint: endpoint, count: backlog.enabled ? 0 : backlog.waiting)
+                    }
+                    for removed in known.subtracting(backlogs.keys) {
+                        metrics.oldestUndelivered(endpoint: removed, seconds: 0)
+                        metrics.disabledWaiting(endpoint: removed, count: 0)
+                    }
+                    known = Set(backlogs.keys)
                     if ContinuousClock.now - lastPrune >= .seconds(3_600) {
                         let pruned = try await store.prune(olderThan: configuration.deliveryRetention)
                         if pruned > 0 { logger.info("pruned finished deliveries", metadata: ["count": "\(pruned)"]) }

@@ -93,6 +93,9 @@ public struct DueDelivery: Sendable, Hashable {
     public var url: String
     public var allowHTTP: Bool
     public var secrets: [String]
+    /// The claim's token: the attempt's outcome is recorded only while the delivery still carries it (fencing), so
+    /// an attempt that outlived its lease can neither move the row nor count twice.
+    public var leaseToken: UUID
 }
 
 /// A row of the delivery log, for `pipelinectl webhooks deliveries`.
@@ -115,9 +118,22 @@ public struct DeliveryLogRow: Sendable, Hashable {
 public enum DeliveryOutcome: Sendable, Hashable {
     case delivered
     case retry(at: Date)
+    /// 410 Gone (Standard Webhooks: the receiver asks never to be sent again): the endpoint is disabled at once with
+    /// this reason; the delivery waits, pending, for an operator's `enable` (or `remove`).
+    case gone(reason: String)
     /// The schedule is exhausted: the delivery is kept as dead; after `disableAfter` dead ones in a row the
     /// endpoint is disabled with a reason.
     case dead(disableAfter: Int)
+
+    /// The `outcome` label of `webhooks_attempts_total`.
+    public var label: String {
+        switch self {
+        case .delivered: "delivered"
+        case .retry: "retry"
+        case .gone: "gone"
+        case .dead: "dead"
+        }
+    }
 }
 
 /// The webhooks' tables: endpoints, deliveries (one per endpoint and event, in topic order) and attempts.
@@ -205,13 +221,14 @@ public struct WebhookStore: Sendable {
 
     // MARK: - Deliveries
 
-    /// One pending delivery per enabled endpoint that wants each event; an event already taken for an endpoint
-    /// (a redelivered batch) is left as it is. Returns how many were created.
+    /// One pending delivery per endpoint that wants each event, enabled or not: a disabled endpoint's deliveries
+    /// wait for `enable` (only `remove` drops them); an event already taken for an endpoint (a redelivered batch)
+    /// is left as it is. Returns how many were created.
     @discardableResult
     public func enqueue(_ events: [WebhookEvent], endpoints: [WebhookEndpoint]) async throws -> Int {
         var rows: [JSONValue] = []
         for event in events {
-            for endpoint in endpoints where endpoint.enabled && endpoint.wants(event) {
+            for endpoint in endpoints where endpoint.wants(event) {
                 rows.append(.object(JSONObject([
                     "endpoint_id": .string(endpoint.id), "event_id": .string(event.id), "event_type": .string(event.type), "subject": .string(event.subject),
                     "event_time": .number(JSONNumber(Int64(event.time.timeIntervalSince1970 * 1000))), "kafka_partition": .number(JSONNumber(Int64(event.partition))),
@@ -247,7 +264,9 @@ public struct WebhookStore: Sendable {
         // lease condition: PostgreSQL re-checks it on a row another process claimed meanwhile, and skips it.
         // What is in flight is counted once per endpoint (`in_flight`), not once per candidate: a correlated
         // count there scanned the endpoint's whole backlog for each of its rows, and with 7 800 pending deliveries
-        // (the chaos run's backlog after a webhooks kill) one lease query took 22 s instead of 44 ms.
+        // (the chaos run's backlog after a webhooks kill) one lease query took 22 s instead of 44 ms. The re-check
+        // includes `next_attempt_at`: a row another process attempted and scheduled for later while this query ran
+        // is not due, and was once sent again within milliseconds without it.
         let rows = try await client.query(
             """
             WITH in_flight AS (
@@ -267,58 +286,71 @@ public struct WebhookStore: Sendable {
             ), chosen AS (
                 SELECT d.id FROM webhook_deliveries d
                 WHERE d.id IN (SELECT id FROM candidates WHERE rank + in_flight <= \(perEndpoint))
-                    AND d.status = 'pending' AND (d.leased_until IS NULL OR d.leased_until < now())
+                    AND d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
                 ORDER BY d.next_attempt_at, d.id
                 LIMIT \(limit)
                 FOR UPDATE SKIP LOCKED
             )
-            UPDATE webhook_deliveries d SET leased_until = now() + make_interval(secs => \(leaseSeconds))
+            UPDATE webhook_deliveries d SET leased_until = now() + make_interval(secs => \(leaseSeconds)), lease_token = gen_random_uuid()
             FROM chosen, webhook_endpoints e
             WHERE d.id = chosen.id AND e.id = d.endpoint_id
-            RETURNING d.id, d.endpoint_id, d.event_id, d.body, d.attempts, e.url, e.allow_http, e.secret, e.previous_secret, e.previous_secret_until
+            RETURNING d.id, d.endpoint_id, d.event_id, d.body, d.attempts, e.url, e.allow_http, e.secret, e.previous_secret, e.previous_secret_until, d.lease_token
             """,
             logger: logger)
         var due: [DueDelivery] = []
         let now = Date()
-        for try await (id, endpointId, eventId, body, attempts, url, allowHTTP, secret, previous, until) in rows.decode(
-            (Int64, String, String, String, Int, String, Bool, String, String?, Date?).self)
+        for try await (id, endpointId, eventId, body, attempts, url, allowHTTP, secret, previous, until, token) in rows.decode(
+            (Int64, String, String, String, Int, String, Bool, String, String?, Date?, UUID).self)
         {
             let secrets = previous.flatMap { previous in until.map { $0 > now ? [secret, previous] : [secret] } } ?? [secret]
-            due.append(DueDelivery(id: id, endpointId: endpointId, eventId: eventId, body: body, attempts: attempts, url: url, allowHTTP: allowHTTP, secrets: secrets))
+            due.append(DueDelivery(
+                id: id, endpointId: endpointId, eventId: eventId, body: body, attempts: attempts, url: url, allowHTTP: allowHTTP, secrets: secrets, leaseToken: token))
         }
         return due
     }
 
-    /// Records an attempt in the log and moves the delivery on; a dead delivery counts toward disabling its
-    /// endpoint, a delivered one ends the endpoint's run of dead ones.
-    public func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws {
+    /// Records an attempt in the log and moves the delivery on, only while the delivery still carries the claim's
+    /// lease token (fenced): an attempt that lost its lease (its process stalled past it, another claimed the row)
+    /// changes nothing and returns false, so a late answer never moves a delivered row back to pending and never
+    /// counts twice. A dead delivery counts toward disabling its endpoint, a delivered one ends the endpoint's run
+    /// of dead ones, a 410 disables the endpoint at once.
+    @discardableResult
+    public func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws -> Bool {
         let error = attempt.error.map { UntrustedText.escaped($0, limit: 300) }
         let excerpt = attempt.responseExcerpt.map { UntrustedText.escaped($0, limit: 2_000) }
-        try await client.withTransaction(logger: logger) { connection in
+        return try await client.withTransaction(logger: logger) { connection in
+            let status: String
+            var nextAttempt = Date()
+            switch outcome {
+            case .delivered: status = "delivered"
+            case .retry(let at): status = "pending"; nextAttempt = at
+            case .gone: status = "pending"
+            case .dead: status = "dead"
+            }
+            let moved = try await connection.query(
+                """
+                UPDATE webhook_deliveries SET status = \(status), attempts = attempts + 1, next_attempt_at = \(nextAttempt), leased_until = NULL, lease_token = NULL,
+                    last_status = \(attempt.status), last_error = \(error), last_latency_ms = \(attempt.latencyMilliseconds), response_excerpt = \(excerpt),
+                    finished_at = CASE WHEN \(status) = 'pending' THEN NULL ELSE now() END
+                WHERE id = \(delivery.id) AND lease_token = \(delivery.leaseToken) AND status = 'pending'
+                RETURNING id
+                """,
+                logger: logger)
+            var fenced = true
+            for try await _ in moved.decode(Int64.self) { fenced = false }
+            if fenced { return false }
             try await connection.query(
                 """
                 INSERT INTO webhook_attempts (delivery_id, status, latency_ms, error, response_excerpt)
                 VALUES (\(delivery.id), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt))
                 """,
                 logger: logger)
-            let status: String
-            var nextAttempt = Date()
-            switch outcome {
-            case .delivered: status = "delivered"
-            case .retry(let at): status = "pending"; nextAttempt = at
-            case .dead: status = "dead"
-            }
-            try await connection.query(
-                """
-                UPDATE webhook_deliveries SET status = \(status), attempts = attempts + 1, next_attempt_at = \(nextAttempt), leased_until = NULL,
-                    last_status = \(attempt.status), last_error = \(error), last_latency_ms = \(attempt.latencyMilliseconds), response_excerpt = \(excerpt),
-                    finished_at = CASE WHEN \(status) = 'pending' THEN NULL ELSE now() END
-                WHERE id = \(delivery.id)
-                """,
-                logger: logger)
             switch outcome {
             case .delivered:
                 try await connection.query("UPDATE webhook_endpoints SET dead_in_a_row = 0 WHERE id = \(delivery.endpointId) AND dead_in_a_row <> 0", logger: logger)
+            case .gone(let reason):
+                try await connection.query(
+                    "UPDATE webhook_endpoints SET enabled = false, disabled_reason = \(reason) WHERE id = \(delivery.endpointId) AND enabled", logger: logger)
             case .dead(let disableAfter):
                 let reason = "disabled after \(disableAfter) dead deliveries in a row; the last: \(attempt.status.map { "HTTP \($0)" } ?? error ?? "no answer")"
                 try await connection.query(
@@ -332,21 +364,19 @@ public struct WebhookStore: Sendable {
             case .retry:
                 break
             }
+            return true
         }
     }
 
-    /// Makes `events` pending again for `endpointId` (replay): the same ids, delivered again in topic order,
-    /// whatever their earlier outcome. Returns how many.
+    /// Makes `events` pending again for `endpoint` (replay): the same ids, delivered again in topic order, whatever
+    /// their earlier outcome, each with the whole retry schedule ahead of it (attempts back to 0). The caller picks
+    /// only events the endpoint's filters want. Returns how many.
     public func replay(_ events: [WebhookEvent], endpoint: WebhookEndpoint) async throws -> Int {
         guard !events.isEmpty else { return 0 }
-        // Picked by the operator, not by the endpoint's filters: enqueue for an unfiltered copy of it, then reset all
-        // of them (the ones already delivered or dead included) in one statement.
-        var unfiltered = endpoint
-        (unfiltered.bundleIds, unfiltered.environment, unfiltered.eventTypes, unfiltered.enabled) = ([], nil, [], true)
-        try await enqueue(events, endpoints: [unfiltered])
+        try await enqueue(events, endpoints: [endpoint])
         let rows = try await client.query(
             """
-            UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(), leased_until = NULL, finished_at = NULL
+            UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_attempt_at = now(), leased_until = NULL, lease_token = NULL, finished_at = NULL
             WHERE endpoint_id = \(endpoint.id) AND event_id = ANY(\(events.map(\.id))::text[]) RETURNING id
             """,
             logger: logger)
@@ -376,18 +406,29 @@ public struct WebhookStore: Sendable {
         return log
     }
 
-    /// Per enabled endpoint, the age in seconds of its oldest undelivered (pending) delivery; 0 when none.
-    public func oldestUndeliveredAges() async throws -> [String: Double] {
+    /// What the backlog gauges show of one endpoint.
+    public struct Backlog: Sendable, Hashable {
+        /// The age in seconds of its oldest undelivered (pending) delivery; 0 when none waits.
+        public var oldestAge: Double
+        /// How many deliveries wait.
+        public var waiting: Int
+        public var enabled: Bool
+    }
+
+    /// Every endpoint's backlog, disabled ones included (their deliveries wait for `enable`).
+    public func backlogs() async throws -> [String: Backlog] {
         let rows = try await client.query(
             """
-            SELECT e.id, coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8
+            SELECT e.id, coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8, count(d.id)::int8, e.enabled
             FROM webhook_endpoints e LEFT JOIN webhook_deliveries d ON d.endpoint_id = e.id AND d.status = 'pending'
-            WHERE e.enabled GROUP BY e.id
+            GROUP BY e.id
             """,
             logger: logger)
-        var ages: [String: Double] = [:]
-        for try await (id, age) in rows.decode((String, Double).self) { ages[id] = age }
-        return ages
+        var backlogs: [String: Backlog] = [:]
+        for try await (id, age, waiting, enabled) in rows.decode((String, Double, Int64, Bool).self) {
+            backlogs[id] = Backlog(oldestAge: age, waiting: Int(waiting), enabled: enabled)
+        }
+        return backlogs
     }
 
     /// Deletes finished deliveries (and their attempts) older than `retention`. Returns how many.

@@ -105,6 +105,17 @@ public struct WebhooksConfiguration: Sendable {
         return retrySchedule[attempt - 1] * Double.random(in: 0.8...1.2)
     }
 
+    /// What an attempt's answer leads to: a 2xx is delivered; 410 Gone disables the endpoint at once; any other
+    /// failure is retried on the schedule (a 429's or 503's `Retry-After` replaces the step's delay, bounded by the
+    /// schedule's longest step) until the schedule is exhausted, then dead.
+    public func outcome(of attempt: WebhookAttempt, attempts before: Int, now: Date = Date()) -> DeliveryOutcome {
+        if attempt.succeeded { return .delivered }
+        if attempt.status == 410 { return .gone(reason: "the receiver answered 410 Gone: it asks not to be sent anything more (enable to deliver again)") }
+        guard var delay = retryDelay(afterAttempt: before + 1) else { return .dead(disableAfter: disableAfterFailures) }
+        if let retryAfter = attempt.retryAfter { delay = min(retryAfter, retrySchedule.max() ?? retryAfter) }
+        return .retry(at: now.addingTimeInterval(Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18))
+    }
+
     public var consumerConfiguration: KafkaConsumerConfiguration {
         KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
     }

@@ -26,6 +26,13 @@ struct APIKeysCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
+            // A key for an app the services do not serve answers nothing but refusals: say so (a warning, since the
+            // app may be added to APPS later).
+            if let apps = ProcessInfo.processInfo.environment["APPS"], let configured = try? WorkerConfiguration.parseApps(apps) {
+                for unknown in bundleId where !configured.contains(where: { $0.bundleId == unknown }) {
+                    FileHandle.standardError.write(Data("warning: \(UntrustedText.quoted(unknown, limit: 100)) is not in APPS; the customer API refuses its requests until it is\n".utf8))
+                }
+            }
             let key = APIKeySecret.generate()
             let (name, scope, bundleIds) = (name, scope, bundleId)
             try await connection.configuration().withStore(logger: toolLogger) { store in
@@ -86,7 +93,7 @@ struct APIKeysCommand: AsyncParsableCommand {
                 try await requireMigrated(store)
                 return try await store.revokeAPIKey(id: id)
             }
-            guard revoked else { throw ValidationError("no active key \(UntrustedText.quoted(id))") }
+            guard revoked else { throw ToolFailure("no active key \(UntrustedText.quoted(id))") }
             print("revoked \(id)")
         }
     }

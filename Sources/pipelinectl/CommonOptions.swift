@@ -77,3 +77,13 @@ func parseISO8601(_ text: String) throws -> Int64 {
     }
     throw ValidationError("\"\(text)\" is not an ISO-8601 time such as 2026-11-20T10:00:00Z")
 }
+
+/// A refusal at run time that names what was not found or not allowed: one line on stderr, exit 1 (a
+/// `ValidationError` is for the words of the call, and prints the usage with exit 64).
+struct ToolFailure: Error, CustomStringConvertible {
+    var description: String
+
+    init(_ description: String) {
+        self.description = description
+    }
+}

@@ -26,7 +26,7 @@ struct WebhooksCommand: AsyncParsableCommand {
     }
 
     static func endpoint(_ id: String, in store: WebhookStore) async throws -> WebhookEndpoint {
-        guard let endpoint = try await store.endpoint(id: id) else { throw ValidationError("no webhook endpoint \(UntrustedText.quoted(id, limit: 60))") }
+        guard let endpoint = try await store.endpoint(id: id) else { throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(id, limit: 60))") }
         return endpoint
     }
 
@@ -120,7 +120,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             let (endpoint, reason) = (endpoint, reason)
             guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.setEnabled(id: endpoint, enabled: false, reason: reason) }) else {
-                throw ValidationError("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
             }
             print("disabled \(endpoint)")
         }
@@ -134,7 +134,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             let endpoint = endpoint
             guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.setEnabled(id: endpoint, enabled: true, reason: nil) }) else {
-                throw ValidationError("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
             }
             print("enabled \(endpoint)")
         }
@@ -154,7 +154,7 @@ struct WebhooksCommand: AsyncParsableCommand {
             let until = Date().addingTimeInterval(Double(overlap.components.seconds))
             let endpoint = endpoint
             guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.rotateSecret(id: endpoint, newSecret: secret, overlapUntil: until) }) else {
-                throw ValidationError("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
             }
             if json {
                 printJSON(.object(JSONObject(["id": .string(endpoint), "secret": .string(secret), "previousSecretUntil": jsonValue(until)])))
@@ -173,7 +173,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         func run() async throws {
             let endpoint = endpoint
             guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.removeEndpoint(id: endpoint) }) else {
-                throw ValidationError("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
             }
             print("removed \(endpoint)")
         }
@@ -213,12 +213,20 @@ struct WebhooksCommand: AsyncParsableCommand {
                 let time = Int64(event.time.timeIntervalSince1970 * 1000)
                 if !ids.isEmpty {
                     if ids.contains(event.id), !events.contains(where: { $0.id == event.id }) { events.append(event) }
-                } else if let from, time >= from, to.map({ time < $0 }) ?? true, endpoint.wants(event), !events.contains(where: { $0.id == event.id }) {
+                    return
+                }
+                if let from, time >= from, to.map({ time < $0 }) ?? true, endpoint.wants(event), !events.contains(where: { $0.id == event.id }) {
                     events.append(event)
                 }
             }
             if let missing = ids.subtracting(events.map(\.id)).sorted().first {
-                throw ValidationError("event \(UntrustedText.quoted(missing, limit: 80)) is not in the events topic (past its retention, or never written)")
+                throw ToolFailure("event \(UntrustedText.quoted(missing, limit: 80)) is not in the events topic (past its retention, or never written)")
+            }
+            // An id names the event, not the right to send it anywhere: the endpoint's filters (apps, environment,
+            // types) hold for a replay as for a live delivery.
+            if let unwanted = events.first(where: { !endpoint.wants($0) }) {
+                throw ToolFailure(
+                    "event \(UntrustedText.quoted(unwanted.id, limit: 80)) (\(UntrustedText.quoted(unwanted.type, limit: 60)), app \(UntrustedText.quoted(unwanted.bundleId ?? "-", limit: 100))) is not one \(endpoint.id)'s filters want; nothing was replayed")
             }
             let picked = events
             let count = try await WebhooksCommand.withWebhookStore(connection) { store in try await store.replay(picked, endpoint: endpoint) }

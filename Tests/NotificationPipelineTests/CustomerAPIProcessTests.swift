@@ -186,7 +186,11 @@ struct CustomerAPIProcessTests {
         #expect(code(try await scene.request("GET", path, key: "not-a-key")) == "401 unauthorized")
         #expect(code(try await scene.request("GET", path, key: otherApp.secret)) == "403 forbidden_bundle")
         #expect(code(try await scene.purchase(event, customer: customer, key: reader.secret)) == "403 insufficient_scope")
-        #expect(code(try await scene.request("GET", "/v1/apps/com.example.unknown/customers/\(customer)", key: writer.secret)) == "403 unknown_app")
+        // No tenant oracle: an app that does not exist answers exactly as one the key does not see.
+        let unknownApp = try await scene.request("GET", "/v1/apps/com.example.unknown/customers/\(customer)", key: otherApp.secret)
+        let invisibleApp = try await scene.request("GET", path, key: otherApp.secret)
+        #expect(code(unknownApp) == "403 forbidden_bundle" && unknownApp.json == invisibleApp.json, "\(unknownApp.json.serialized) / \(invisibleApp.json.serialized)")
+        #expect(code(try await scene.request("GET", "/v1/apps/com.example.unknown/customers/\(customer)", key: writer.secret)) == "403 forbidden_bundle")
         let bare = try await scene.request("POST", "/v1/apps/\(scene.bundleId)/purchases", key: writer.secret, body: JSONObject([
             "customerId": .string(customer), "signedTransaction": .string(event.transactionId),
         ]))
@@ -278,6 +282,12 @@ struct CustomerAPIProcessTests {
         #expect(bobNow.json["subscriptions"]?.arrayValue?.first?.objectValue?["expiresAt"] != nil && bobNow.json["hasActiveAccess"] == .bool(true), "\(bobNow.json.serialized)")
         #expect(try await scene.request("GET", "/v1/apps/\(scene.bundleId)/customers/\(alice)", key: key).json["subscriptions"] == .array([]))
 
+        // Alice posts her first claim again (same bytes, same policy): the purchase is Bob's today, so 409, not her
+        // first answer (200) from the record.
+        try await scene.startAPI(policy: "keep")
+        let again = try await scene.purchase(event, customer: alice, key: key)
+        #expect(again.status == 409 && !again.json.serialized.contains(bob), "\(again.status) \(again.json.serialized)")
+
         // transfer-if-inactive: Bob has access, so Carol is refused; an expired subscription of Dave's moves to Carol.
         try await scene.startAPI(policy: "transfer-if-inactive")
         let carol = UUID().uuidString.lowercased(), dave = UUID().uuidString.lowercased()
@@ -328,6 +338,67 @@ struct CustomerAPIProcessTests {
         await scene.finish()
     }
 
+    @Test("two customers claim one transaction while no worker runs: each Location answers its own claim and never names the other; the transaction route answers only the named customer")
+    func claimLocations() async throws {
+        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        try await scene.startAPI(extra: ["CUSTOMER_API_APPLY_TIMEOUT_MS": "500", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS": "600000"])
+        let key = try await scene.key().secret
+        await scene.fixture.stopOneByOne(scene.scene.workers)
+        let alice = UUID().uuidString.lowercased(), bob = UUID().uuidString.lowercased()
+        let event = currentPeriod(seed: 61, token: alice)
+        let first = try await scene.purchase(event, customer: alice, key: key)
+        let second = try await scene.purchase(event, customer: bob, key: key)
+        let aliceLocation = first.headers["location"] ?? "", bobLocation = second.headers["location"] ?? ""
+        #expect(first.status == 202 && second.status == 202 && aliceLocation != bobLocation && aliceLocation.contains("/purchases/claims/"), "\(first.headers) \(second.headers)")
+
+        let (worker, _) = try await scene.fixture.startWorker(group: scene.scene.group, postgresURL: scene.scene.database)
+        scene.scene.workers = [worker]
+        var answers: [(status: Int, json: JSONObject, headers: [String: String])] = []
+        let deadline = ContinuousClock.now + .seconds(60)
+        repeat {
+            answers = [try await scene.request("GET", aliceLocation, key: key), try await scene.request("GET", bobLocation, key: key)]
+            if answers.allSatisfy({ $0.status != 202 }) { break }
+            try await Task.sleep(for: .milliseconds(200))
+        } while ContinuousClock.now < deadline
+        // Applied in order under "transfer": Alice's (bound by her token), then Bob's (transferred to him). Alice's
+        // claim answers today's owner: 409, without Bob's id; Bob's answers Bob's entitlements only.
+        #expect(answers[0].status == 409 && !answers[0].json.serialized.contains(bob), "\(answers[0].status) \(answers[0].json.serialized)")
+        #expect(answers[1].status == 200 && answers[1].json["customer"]?.objectValue?["customerId"] == .string(bob), "\(answers[1].json.serialized)")
+        #expect(!answers[1].json.serialized.contains(alice), "Bob's claim named Alice: \(answers[1].json.serialized)")
+        // The transaction route needs the customer and answers only that customer's claim.
+        let path = "/v1/apps/\(scene.bundleId)/purchases/\(event.transactionId)"
+        #expect(try await scene.request("GET", path, key: key).status == 400)
+        let bobs = try await scene.request("GET", path + "?customerId=\(bob)", key: key)
+        #expect(bobs.status == 200 && !bobs.json.serialized.contains(alice), "\(bobs.json.serialized)")
+        #expect(try await scene.request("GET", path + "?customerId=\(UUID().uuidString.lowercased())", key: key).status == 404)
+        // Reads never wrote to Apple: Set App Account Token was called by the POSTs' answers only (here none: both
+        // 202), never by the GETs above.
+        #expect(scene.scene.apple.fake.appAccountTokenCalls.isEmpty, "\(scene.scene.apple.fake.appAccountTokenCalls)")
+        await scene.finish()
+    }
+
+    @Test("a burst past a key's rate is 429 with Retry-After and the problem body; another key is not slowed; lastUsedAt is written")
+    func rateLimits() async throws {
+        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        try await scene.startAPI(extra: ["CUSTOMER_API_RATE_LIMIT": "2", "CUSTOMER_API_RATE_BURST": "5"])
+        let greedy = try await scene.key(scope: "read"), calm = try await scene.key(scope: "read")
+        let path = "/v1/apps/\(scene.bundleId)/customers/\(UUID().uuidString.lowercased())"
+        var statuses: [Int] = []
+        var refusal: (status: Int, json: JSONObject, headers: [String: String])?
+        for _ in 0..<12 {
+            let answer = try await scene.request("GET", path, key: greedy.secret)
+            statuses.append(answer.status)
+            if answer.status == 429 { refusal = answer }
+        }
+        #expect(statuses.prefix(5).allSatisfy { $0 == 200 } && statuses.filter { $0 == 429 }.count >= 5, "\(statuses)")
+        #expect(refusal?.json["error"]?.objectValue?["code"] == .string("rate_limited") && Int(refusal?.headers["retry-after"] ?? "") ?? 0 >= 1, "\(String(describing: refusal))")
+        #expect(try await scene.request("GET", path, key: calm.secret).status == 200, "another key was slowed")
+        let listed = try await scene.run(["api-keys", "list", "--json"])
+        let keys = (try StrictJSONParser().parse(Array((listed.output.split(separator: "\n").last.map(String.init) ?? "").utf8)).arrayValue ?? []).compactMap(\.objectValue)
+        #expect(keys.first { $0["id"] == .string(greedy.id) }?["lastUsedAt"]?.stringValue != nil, "\(listed.output)")
+        await scene.finish()
+    }
+
     @Test("a worker stopped: 202 with a Location that answers 202 until a worker runs again, then 200")
     func workerStopped() async throws {
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
@@ -337,8 +408,10 @@ struct CustomerAPIProcessTests {
         let customer = UUID().uuidString.lowercased()
         let event = currentPeriod(seed: 51, token: customer)
         let accepted = try await scene.purchase(event, customer: customer, key: key)
-        let location = "/v1/apps/\(scene.bundleId)/purchases/\(event.transactionId)"
-        #expect(accepted.status == 202 && accepted.headers["location"] == location, "\(accepted.status) \(accepted.headers) \(accepted.json.serialized)")
+        let location = accepted.headers["location"] ?? ""
+        #expect(
+            accepted.status == 202 && location.hasPrefix("/v1/apps/\(scene.bundleId)/purchases/claims/purchase-") && accepted.json["location"] == .string(location),
+            "\(accepted.status) \(accepted.headers) \(accepted.json.serialized)")
         #expect(accepted.json["status"] == .string("pending"))
         #expect(try await scene.request("GET", location, key: key).status == 202)
 

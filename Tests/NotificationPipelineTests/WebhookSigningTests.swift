@@ -65,6 +65,37 @@ struct WebhookSigningTests {
         }
     }
 
+    @Test("special-purpose addresses (NAT64, 6to4, site-local, documentation, link-local, ...) are refused even where private targets are allowed; literals are not resolved")
+    func specialPurposeTargets() async throws {
+        let special = [
+            "64:ff9b::7f00:1", "64:ff9b::808:808", "64:ff9b:1::1", "2002:7f00:1::1", "2002:808:808::1", "fec0::1", "fe80::1", "2001:db8::1", "2001::1",
+            "3fff::1", "100::1", "5f00::1", "ff02::1", "::", "::7f00:1", "::ffff:169.254.169.254", "::ffff:0.0.0.0",
+        ]
+        for address in special {
+            let target = try WebhookTarget.parse("http://[\(address)]:9/hook", allowHTTP: true)
+            do {
+                _ = try await target.checkAddresses(allowPrivate: true)
+                Issue.record("\(address) was accepted")
+            } catch {
+                #expect(error.code == "special_address", "\(address): \(error)")
+            }
+        }
+        for address in ["169.254.169.254", "0.0.0.0", "192.0.2.1", "198.51.100.7", "203.0.113.9", "240.0.0.1", "255.255.255.255", "224.0.0.1", "192.88.99.1"] {
+            let target = try WebhookTarget.parse("http://\(address):9/hook", allowHTTP: true)
+            await #expect(throws: WebhookTargetError.self, "\(address)") { try await target.checkAddresses(allowPrivate: true) }
+        }
+        // Private networks pass only with WEBHOOKS_ALLOW_PRIVATE_TARGETS; public ones always; the address returned is the literal itself.
+        for address in ["::1", "fd00::1", "10.0.0.1", "127.0.0.1"] {
+            let target = try WebhookTarget.parse("http://\(address.contains(":") ? "[\(address)]" : address):9/hook", allowHTTP: true)
+            await #expect(throws: WebhookTargetError.self, "\(address)") { try await target.checkAddresses(allowPrivate: false) }
+            #expect(try await target.checkAddresses(allowPrivate: true).map(\.text) == [address])
+        }
+        for address in ["2001:4860::8888", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            let target = try WebhookTarget.parse("https://[\(address)]/hook", allowHTTP: false)
+            #expect(try await target.checkAddresses(allowPrivate: false).first?.addressClass == .public, "\(address)")
+        }
+    }
+
     @Test("the default retry schedule lasts about three days; WEBHOOK_RETRY_SCHEDULE is parsed and checked; jitter stays within ±20 %")
     func schedule() throws {
         let total = WebhooksConfiguration.defaultRetrySchedule.reduce(Duration.zero, +)

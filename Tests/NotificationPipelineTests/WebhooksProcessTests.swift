@@ -188,6 +188,116 @@ struct WebhooksProcessTests {
         await scene.finish()
     }
 
+    @Test("receivers that stall after the head, trickle, answer 410 or 429 with Retry-After never stop a healthy endpoint; attempts end at the deadline; SIGTERM during stalls ends the process within its budget")
+    func misbehavingReceivers() async throws {
+        let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        _ = try await scene.add("/hook/healthy")
+        let stall = try await scene.add("/stall")
+        let trickle = try await scene.add("/trickle")
+        let gone = try await scene.add("/gone")
+        _ = try await scene.add("/busy", ["--type", "entitlement.revoked"])
+        let timeoutMilliseconds = 1_500
+        // Few slots, so that hung attempts would take them all: 3 per endpoint, 8 in all; the stalling and trickling
+        // endpoints are always retried (1 s steps), so without a whole-attempt deadline they hold 6 slots for good,
+        // re-claimed as leases expire, and the healthy endpoint starves.
+        try await scene.startWebhooks(extra: [
+            "WEBHOOK_TIMEOUT_MS": String(timeoutMilliseconds), "WEBHOOKS_CONCURRENCY": "8", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT": "3",
+            // 1 s steps, and a longest step of 10 s that bounds a Retry-After.
+            "WEBHOOK_RETRY_SCHEDULE": (Array(repeating: "1s", count: 100) + ["10s"]).joined(separator: ","),
+        ])
+        let events = NotificationMinter.lifecycleEvents(subscriptions: 8)
+        try await scene.fixture.produce(events.map(scene.fixture.minter.signedNotification))
+        #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
+        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+        let topic = try await scene.topicEvents(atLeast: expectedCount)
+        #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/healthy", timeout: .seconds(120)), "the healthy endpoint starved: \(scene.fixture.logTail())")
+        let received = scene.receivedOrder("/hook/healthy")
+        for (subject, ids) in topic.bySubject { #expect(received[subject] == ids, "\(subject): \(received[subject] ?? []) vs \(ids)") }
+
+        // Stalled and trickling attempts were cut at the deadline and logged as timeouts (never hung past their lease).
+        for endpoint in [stall.id, trickle.id] {
+            let log = try await scene.scene.run(["webhooks", "deliveries", "--endpoint", endpoint, "--failed", "--json"], extra: scene.toolEnvironment)
+            let rows = try StrictJSONParser().parse(Array(log.output.utf8)).arrayValue ?? []
+            let tried = rows.compactMap(\.objectValue).filter { ($0["attempts"]?.int64Value ?? 0) > 0 }
+            #expect(!tried.isEmpty, "\(endpoint): \(log.output.prefix(400))")
+            for row in tried {
+                #expect(row["lastError"]?.stringValue?.contains("no answer within") == true, "\(row.serialized)")
+                #expect((row["latencyMs"]?.int64Value ?? .max) < Int64(timeoutMilliseconds + 1_000), "an attempt outlived its deadline: \(row.serialized)")
+            }
+        }
+        // 410 Gone disabled its endpoint at once, with that reason, after one attempt; its deliveries wait.
+        let list = try await scene.scene.run(["webhooks", "list", "--json"], extra: scene.toolEnvironment)
+        let goneEndpoint = (try StrictJSONParser().parse(Array(list.output.utf8)).arrayValue ?? []).compactMap(\.objectValue).first { $0["id"] == .string(gone.id) }
+        #expect(goneEndpoint?["enabled"] == .bool(false) && goneEndpoint?["disabledReason"]?.stringValue?.contains("410") == true, "\(list.output)")
+        let goneAttempts = scene.receiver.deliveries.filter { $0.path == "/gone" }.count
+        #expect(goneAttempts >= 1 && goneAttempts <= 3, "a 410 endpoint got \(goneAttempts) attempts: more than those already in flight (3) when the first answer came")
+        let waiting = try await scene.scene.query("SELECT count(*)::int FROM webhook_deliveries WHERE endpoint_id = '\(gone.id)' AND status = 'pending'", as: Int.self).first ?? 0
+        #expect(waiting == topic.byId.count, "a disabled endpoint's deliveries wait: \(waiting) of \(topic.byId.count)")
+        // 429 with Retry-After: 3 waits 3 s before the next attempt, although the schedule's step is 1 s (its longest, 10 s, bounds it).
+        let busyIds = Set(topic.byId.filter { $0.value["type"] == .string("entitlement.revoked") }.keys)
+        let busyDelivered = try await scene.waitDelivered(busyIds, path: "/busy", timeout: .seconds(120))
+        #expect(!busyIds.isEmpty && busyDelivered)
+        for id in busyIds {
+            let arrivals = scene.receiver.deliveries.filter { $0.path == "/busy" && $0.id == id }
+            guard arrivals.count >= 2 else { continue }
+            #expect(arrivals[0].status == 429 && arrivals[1].arrived - arrivals[0].arrived >= .milliseconds(2_900), "\(id): retried after \(arrivals[1].arrived - arrivals[0].arrived)")
+        }
+        let metrics = try await HTTPTestConnection(port: scene.opsPorts[0]).send(method: "GET", path: "/metrics")
+        #expect(metrics.bodyText.contains("webhooks_attempt_timeouts_total") && metrics.bodyText.contains("webhooks_disabled_endpoint_waiting_deliveries{endpoint=\"\(gone.id)\"}"))
+
+        // SIGTERM while attempts to the stalling receivers are in flight: the process ends within its budget (the
+        // attempt's deadline and the recording, well under the orchestrator's 30 s).
+        let process = scene.webhooks[0]
+        #expect(process.isRunning)
+        let signalled = ContinuousClock.now
+        process.terminate()
+        while process.isRunning, ContinuousClock.now - signalled < .seconds(30) { try await Task.sleep(for: .milliseconds(50)) }
+        let took = ContinuousClock.now - signalled
+        #expect(!process.isRunning && took < .milliseconds(timeoutMilliseconds) + .seconds(10), "SIGTERM took \(took)")
+        await scene.finish()
+    }
+
+    @Test("events that arrive while an endpoint is disabled wait, and enable delivers them from the oldest, in order; replay resets the attempts")
+    func disabledEndpointHolds() async throws {
+        let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let endpoint = try await scene.add("/hook/held")
+        let disabled = try await scene.scene.run(["webhooks", "disable", "--endpoint", endpoint.id, "--reason", "receiver migration"], extra: scene.toolEnvironment)
+        #expect(disabled.status == 0, "\(disabled.output)")
+        try await scene.startWebhooks()
+        let events = NotificationMinter.lifecycleEvents(subscriptions: 6)
+        try await scene.fixture.produce(events.map(scene.fixture.minter.signedNotification))
+        #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
+        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+        let topic = try await scene.topicEvents(atLeast: expectedCount)
+        // Every event is enqueued for the disabled endpoint (the ingester has read them all once this holds), none sent.
+        let deadline = ContinuousClock.now + .seconds(60)
+        var waiting = 0
+        while waiting < topic.byId.count, ContinuousClock.now < deadline {
+            waiting = try await scene.scene.query("SELECT count(*)::int FROM webhook_deliveries WHERE endpoint_id = '\(endpoint.id)' AND status = 'pending'", as: Int.self).first ?? 0
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        #expect(waiting == topic.byId.count, "\(waiting) of \(topic.byId.count) waiting")
+        #expect(scene.receiver.deliveries.isEmpty, "a disabled endpoint was sent to")
+        let enabled = try await scene.scene.run(["webhooks", "enable", "--endpoint", endpoint.id], extra: scene.toolEnvironment)
+        #expect(enabled.status == 0, "\(enabled.output)")
+        #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/held"))
+        let received = scene.receivedOrder("/hook/held")
+        for (subject, ids) in topic.bySubject { #expect(received[subject] == ids, "\(subject): \(received[subject] ?? []) vs \(ids)") }
+        // A replay gets the whole schedule again: attempts back to 0 before it is sent.
+        let someId = try #require(topic.byId.keys.sorted().first)
+        _ = try await scene.scene.query("UPDATE webhook_deliveries SET status = 'dead', attempts = 11 WHERE endpoint_id = '\(endpoint.id)' AND event_id = '\(someId)'", as: Int.self)
+        for finished in scene.webhooks { await ChildProcess.terminate(finished) }
+        scene.webhooks = []
+        let replayed = try await scene.scene.run(["webhooks", "replay", "--endpoint", endpoint.id, "--event-id", someId], extra: scene.toolEnvironment)
+        #expect(replayed.status == 0, "\(replayed.output)")
+        let attempts = try await scene.scene.query("SELECT attempts FROM webhook_deliveries WHERE endpoint_id = '\(endpoint.id)' AND event_id = '\(someId)' AND status = 'pending'", as: Int.self)
+        #expect(attempts == [0], "\(attempts)")
+        // An unknown endpoint is one line and exit 1, not the usage.
+        let unknown = try await scene.scene.run(["webhooks", "enable", "--endpoint", "we_000000000000"], extra: scene.toolEnvironment)
+        #expect(unknown.status == 1 && unknown.output.contains("no webhook endpoint") && !unknown.output.contains("USAGE"), "\(unknown.status) \(unknown.output)")
+        await scene.finish()
+    }
+
     @Test("secret rotation signs with both secrets during the overlap; replay by id and by time re-sends with the same ids, in order; test, list, disable, enable, remove")
     func operations() async throws {
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL)

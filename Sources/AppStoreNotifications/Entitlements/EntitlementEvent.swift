@@ -184,14 +184,6 @@ public struct EntitlementEvent: Sendable, Hashable {
     public var originalTransactionId: String?
     public var data: JSONObject
 
-    /// The sequence as `ce_sequence` carries it: zero-padded to 20 digits, so that it orders as text.
-    public var paddedSequence: String? { sequence.map(Self.paddedSequence) }
-
-    /// `value` zero-padded to 20 digits (every Int64 fits).
-    public static func paddedSequence(_ value: Int64) -> String {
-        let digits = String(value)
-        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits
-    }
 
     /// A change of one subscription's decisive fields from `before` (the previous event's `after`; nil for the
     /// subscription's first event) to `state` as of `cause`. Nil when nothing decisive changed.
@@ -302,10 +294,9 @@ public enum CloudEventsHeader {
     public static let type = "ce_type"
     public static let subject = "ce_subject"
     public static let time = "ce_time"
-    public static let sequence = "ce_sequence"
     public static let contentType = "content-type"
     /// Every header the relay sets, in the order it sets them (the AsyncAPI document lists each).
-    public static let all = [specVersion, id, source, type, subject, time, sequence, contentType]
+    public static let all = [specVersion, id, source, type, subject, time, contentType]
 }
 
 extension Timestamp {

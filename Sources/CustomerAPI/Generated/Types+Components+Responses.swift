@@ -146,6 +146,55 @@ extension Components {
                 self.body = body
             }
         }
+        internal struct RateLimited: Sendable, Hashable {
+            /// - Remark: Generated from `#/components/responses/RateLimited/headers`.
+            internal struct Headers: Sendable, Hashable {
+                /// Seconds to wait.
+                ///
+                /// - Remark: Generated from `#/components/responses/RateLimited/headers/Retry-After`.
+                internal var retryAfter: Swift.String
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - retryAfter: Seconds to wait.
+                internal init(retryAfter: Swift.String) {
+                    self.retryAfter = retryAfter
+                }
+            }
+            /// Received HTTP response headers
+            internal var headers: Components.Responses.RateLimited.Headers
+            /// - Remark: Generated from `#/components/responses/RateLimited/content`.
+            internal enum Body: Sendable, Hashable {
+                /// - Remark: Generated from `#/components/responses/RateLimited/content/application\/json`.
+                case json(Components.Schemas._Error)
+                /// The associated value of the enum case if `self` is `.json`.
+                ///
+                /// - Throws: An error if `self` is not `.json`.
+                /// - SeeAlso: `.json`.
+                internal var json: Components.Schemas._Error {
+                    get throws {
+                        switch self {
+                        case let .json(body):
+                            return body
+                        }
+                    }
+                }
+            }
+            /// Received HTTP response body
+            internal var body: Components.Responses.RateLimited.Body
+            /// Creates a new `RateLimited`.
+            ///
+            /// - Parameters:
+            ///   - headers: Received HTTP response headers
+            ///   - body: Received HTTP response body
+            internal init(
+                headers: Components.Responses.RateLimited.Headers,
+                body: Components.Responses.RateLimited.Body
+            ) {
+                self.headers = headers
+                self.body = body
+            }
+        }
         internal struct Unavailable: Sendable, Hashable {
             /// - Remark: Generated from `#/components/responses/Unavailable/content`.
             internal enum Body: Sendable, Hashable {

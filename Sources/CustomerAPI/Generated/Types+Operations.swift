@@ -7,7 +7,7 @@ import struct Foundation.Date
 internal enum Operations {
     /// Post a purchase (StoreKit 2's jwsRepresentation) for a customer; answers with the customer's entitlements once applied.
     ///
-    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll. Posting the same purchase again gives the same answer.
+    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll: the claim's own address, which answers this claim's outcome and never another customer's. Posting the same purchase again answers as it stands now (if the purchase has since moved to another customer, 409).
     ///
     ///
     /// - Remark: HTTP `POST /v1/apps/{bundleId}/purchases`.
@@ -117,14 +117,14 @@ internal enum Operations {
             internal struct Accepted: Sendable, Hashable {
                 /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/202/headers`.
                 internal struct Headers: Sendable, Hashable {
-                    /// `/v1/apps/{bundleId}/purchases/{transactionId}`
+                    /// `/v1/apps/{bundleId}/purchases/claims/{claimId}`: this claim's outcome
                     ///
                     /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/202/headers/Location`.
                     internal var location: Swift.String
                     /// Creates a new `Headers`.
                     ///
                     /// - Parameters:
-                    ///   - location: `/v1/apps/{bundleId}/purchases/{transactionId}`
+                    ///   - location: `/v1/apps/{bundleId}/purchases/claims/{claimId}`: this claim's outcome
                     internal init(location: Swift.String) {
                         self.location = location
                     }
@@ -232,7 +232,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/403`.
             ///
@@ -380,6 +380,29 @@ internal enum Operations {
                     }
                 }
             }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
             /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/503`.
@@ -434,7 +457,386 @@ internal enum Operations {
             }
         }
     }
-    /// The outcome of the latest purchase of a transaction posted for this app (the 202's Location).
+    /// The outcome of one claim (the 202's Location); only that claim's customer is ever shown.
+    ///
+    /// Scope `read`. Never writes to Apple: Set App Account Token for a new owner is sent when the claim is applied, and retried in the background.
+    ///
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/claims/{claimId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)`.
+    internal enum GetPurchaseClaim {
+        internal static let id: Swift.String = "getPurchaseClaim"
+        internal struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/path`.
+            internal struct Path: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/path/bundleId`.
+                internal var bundleId: Components.Parameters.BundleId
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/path/claimId`.
+                internal var claimId: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - bundleId:
+                ///   - claimId:
+                internal init(
+                    bundleId: Components.Parameters.BundleId,
+                    claimId: Swift.String
+                ) {
+                    self.bundleId = bundleId
+                    self.claimId = claimId
+                }
+            }
+            internal var path: Operations.GetPurchaseClaim.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/header`.
+            internal struct Headers: Sendable, Hashable {
+                internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchaseClaim.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchaseClaim.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            internal var headers: Operations.GetPurchaseClaim.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            internal init(
+                path: Operations.GetPurchaseClaim.Input.Path,
+                headers: Operations.GetPurchaseClaim.Input.Headers = .init()
+            ) {
+                self.path = path
+                self.headers = headers
+            }
+        }
+        internal enum Output: Sendable, Hashable {
+            internal struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/200/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/200/content/application\/json`.
+                    case json(Components.Schemas.PurchaseResult)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.PurchaseResult {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetPurchaseClaim.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.GetPurchaseClaim.Output.Ok.Body) {
+                    self.body = body
+                }
+            }
+            /// Applied; as the POST's 200.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.GetPurchaseClaim.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            internal var ok: Operations.GetPurchaseClaim.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            internal struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/202/headers`.
+                internal struct Headers: Sendable, Hashable {
+                    /// This same address.
+                    ///
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/202/headers/Location`.
+                    internal var location: Swift.String
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - location: This same address.
+                    internal init(location: Swift.String) {
+                        self.location = location
+                    }
+                }
+                /// Received HTTP response headers
+                internal var headers: Operations.GetPurchaseClaim.Output.Accepted.Headers
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/202/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/202/content/application\/json`.
+                    case json(Components.Schemas.PurchasePending)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.PurchasePending {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetPurchaseClaim.Output.Accepted.Body
+                /// Creates a new `Accepted`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                internal init(
+                    headers: Operations.GetPurchaseClaim.Output.Accepted.Headers,
+                    body: Operations.GetPurchaseClaim.Output.Accepted.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// Not applied yet.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/202`.
+            ///
+            /// HTTP response code: `202 accepted`.
+            case accepted(Operations.GetPurchaseClaim.Output.Accepted)
+            /// The associated value of the enum case if `self` is `.accepted`.
+            ///
+            /// - Throws: An error if `self` is not `.accepted`.
+            /// - SeeAlso: `.accepted`.
+            internal var accepted: Operations.GetPurchaseClaim.Output.Accepted {
+                get throws {
+                    switch self {
+                    case let .accepted(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "accepted",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No key, an unknown or a revoked key (`unauthorized`); which of them is not said.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            internal var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/403`.
+            ///
+            /// HTTP response code: `403 forbidden`.
+            case forbidden(Components.Responses.Forbidden)
+            /// The associated value of the enum case if `self` is `.forbidden`.
+            ///
+            /// - Throws: An error if `self` is not `.forbidden`.
+            /// - SeeAlso: `.forbidden`.
+            internal var forbidden: Components.Responses.Forbidden {
+                get throws {
+                    switch self {
+                    case let .forbidden(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No such subscription, transaction, order or purchase (`not_found`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Components.Responses.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            internal var notFound: Components.Responses.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            internal struct Conflict: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/409/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/responses/409/content/application\/json`.
+                    case json(Components.Schemas._Error)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas._Error {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetPurchaseClaim.Output.Conflict.Body
+                /// Creates a new `Conflict`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.GetPurchaseClaim.Output.Conflict.Body) {
+                    self.body = body
+                }
+            }
+            /// Applied, and the purchase is owned by another customer (`owned_by_another_customer`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/409`.
+            ///
+            /// HTTP response code: `409 conflict`.
+            case conflict(Operations.GetPurchaseClaim.Output.Conflict)
+            /// The associated value of the enum case if `self` is `.conflict`.
+            ///
+            /// - Throws: An error if `self` is not `.conflict`.
+            /// - SeeAlso: `.conflict`.
+            internal var conflict: Operations.GetPurchaseClaim.Output.Conflict {
+                get throws {
+                    switch self {
+                    case let .conflict(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "conflict",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            internal var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        internal enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            internal init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            internal var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            internal static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
+    /// The outcome of a customer's latest purchase of a transaction posted for this app.
+    ///
+    /// Scope `read`. Answers only the named customer's claim (another customer's claim of the same transaction is 404 here); never writes to Apple.
+    ///
     ///
     /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/{transactionId}`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)`.
@@ -461,6 +863,21 @@ internal enum Operations {
                 }
             }
             internal var path: Operations.GetPurchase.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/{transactionId}/GET/query`.
+            internal struct Query: Sendable, Hashable {
+                /// The customer whose claim to answer (a UUID).
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/{transactionId}/GET/query/customerId`.
+                internal var customerId: Swift.String
+                /// Creates a new `Query`.
+                ///
+                /// - Parameters:
+                ///   - customerId: The customer whose claim to answer (a UUID).
+                internal init(customerId: Swift.String) {
+                    self.customerId = customerId
+                }
+            }
+            internal var query: Operations.GetPurchase.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/{transactionId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchase.AcceptableContentType>]
@@ -477,12 +894,15 @@ internal enum Operations {
             ///
             /// - Parameters:
             ///   - path:
+            ///   - query:
             ///   - headers:
             internal init(
                 path: Operations.GetPurchase.Input.Path,
+                query: Operations.GetPurchase.Input.Query,
                 headers: Operations.GetPurchase.Input.Headers = .init()
             ) {
                 self.path = path
+                self.query = query
                 self.headers = headers
             }
         }
@@ -610,6 +1030,29 @@ internal enum Operations {
                     }
                 }
             }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
             /// No key, an unknown or a revoked key (`unauthorized`); which of them is not said.
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/401`.
@@ -633,7 +1076,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/403`.
             ///
@@ -725,6 +1168,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "conflict",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
                             response: self
                         )
                     }
@@ -954,7 +1420,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/403`.
             ///
@@ -972,6 +1438,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
                             response: self
                         )
                     }
@@ -1199,7 +1688,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/403`.
             ///
@@ -1240,6 +1729,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
                             response: self
                         )
                     }
@@ -1467,7 +1979,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/403`.
             ///
@@ -1508,6 +2020,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
                             response: self
                         )
                     }
@@ -1738,7 +2273,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The key does not see this app (`forbidden_bundle`) or lacks the scope (`insufficient_scope`).
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/403`.
             ///
@@ -1779,6 +2314,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
                             response: self
                         )
                     }

@@ -7,13 +7,24 @@ import struct Foundation.Date
 internal protocol APIProtocol: Sendable {
     /// Post a purchase (StoreKit 2's jwsRepresentation) for a customer; answers with the customer's entitlements once applied.
     ///
-    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll. Posting the same purchase again gives the same answer.
+    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll: the claim's own address, which answers this claim's outcome and never another customer's. Posting the same purchase again answers as it stands now (if the purchase has since moved to another customer, 409).
     ///
     ///
     /// - Remark: HTTP `POST /v1/apps/{bundleId}/purchases`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)`.
     func postPurchase(_ input: Operations.PostPurchase.Input) async throws -> Operations.PostPurchase.Output
-    /// The outcome of the latest purchase of a transaction posted for this app (the 202's Location).
+    /// The outcome of one claim (the 202's Location); only that claim's customer is ever shown.
+    ///
+    /// Scope `read`. Never writes to Apple: Set App Account Token for a new owner is sent when the claim is applied, and retried in the background.
+    ///
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/claims/{claimId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)`.
+    func getPurchaseClaim(_ input: Operations.GetPurchaseClaim.Input) async throws -> Operations.GetPurchaseClaim.Output
+    /// The outcome of a customer's latest purchase of a transaction posted for this app.
+    ///
+    /// Scope `read`. Answers only the named customer's claim (another customer's claim of the same transaction is 404 here); never writes to Apple.
+    ///
     ///
     /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/{transactionId}`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)`.
@@ -47,7 +58,7 @@ internal protocol APIProtocol: Sendable {
 extension APIProtocol {
     /// Post a purchase (StoreKit 2's jwsRepresentation) for a customer; answers with the customer's entitlements once applied.
     ///
-    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll. Posting the same purchase again gives the same answer.
+    /// Scope `write`. The JWS is verified exactly as a notification's nested transaction, then ownership is decided by the app's policy (`OWNERSHIP_POLICY`), the purchase goes through the notifications topic and the workers (record kind `purchase`), and the call waits up to `CUSTOMER_API_APPLY_TIMEOUT_MS` for it to be applied: 200 with the customer's entitlements, or 202 with a `Location` to poll: the claim's own address, which answers this claim's outcome and never another customer's. Posting the same purchase again answers as it stands now (if the purchase has since moved to another customer, 409).
     ///
     ///
     /// - Remark: HTTP `POST /v1/apps/{bundleId}/purchases`.
@@ -63,16 +74,37 @@ extension APIProtocol {
             body: body
         ))
     }
-    /// The outcome of the latest purchase of a transaction posted for this app (the 202's Location).
+    /// The outcome of one claim (the 202's Location); only that claim's customer is ever shown.
+    ///
+    /// Scope `read`. Never writes to Apple: Set App Account Token for a new owner is sent when the claim is applied, and retried in the background.
+    ///
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/claims/{claimId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)`.
+    internal func getPurchaseClaim(
+        path: Operations.GetPurchaseClaim.Input.Path,
+        headers: Operations.GetPurchaseClaim.Input.Headers = .init()
+    ) async throws -> Operations.GetPurchaseClaim.Output {
+        try await getPurchaseClaim(Operations.GetPurchaseClaim.Input(
+            path: path,
+            headers: headers
+        ))
+    }
+    /// The outcome of a customer's latest purchase of a transaction posted for this app.
+    ///
+    /// Scope `read`. Answers only the named customer's claim (another customer's claim of the same transaction is 404 here); never writes to Apple.
+    ///
     ///
     /// - Remark: HTTP `GET /v1/apps/{bundleId}/purchases/{transactionId}`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)`.
     internal func getPurchase(
         path: Operations.GetPurchase.Input.Path,
+        query: Operations.GetPurchase.Input.Query,
         headers: Operations.GetPurchase.Input.Headers = .init()
     ) async throws -> Operations.GetPurchase.Output {
         try await getPurchase(Operations.GetPurchase.Input(
             path: path,
+            query: query,
             headers: headers
         ))
     }
