@@ -91,6 +91,7 @@ let package = Package(
                 "AppStoreNotifications",
                 "EntitlementStore",
                 "KafkaClient",
+                "ServiceRuntime",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -104,7 +105,7 @@ let package = Package(
                 "AppStoreServerAPI",
                 "EntitlementStore",
                 "KafkaClient",
-                "NotificationPipeline",
+                "ServiceRuntime",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -125,7 +126,7 @@ let package = Package(
                 "EntitlementEvents",
                 "EntitlementStore",
                 "KafkaClient",
-                "NotificationPipeline",
+                "ServiceRuntime",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -136,13 +137,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // MARK: - Composition: configuration, the ingest application, the worker service
+        // MARK: - What every process shares: environment reading, the service starter, ops routes and health, the HTTP
+        // connection guard, the shared settings, the notifications topic's record contract
         .target(
-            name: "NotificationPipeline",
+            name: "ServiceRuntime",
             dependencies: [
                 "AppStoreNotifications",
                 "AppStoreServerAPI",
-                "EntitlementEvents",
                 "EntitlementStore",
                 "KafkaClient",
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -156,6 +157,67 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // MARK: - The services and features, one concern each
+        // ingest: Apple's POST → shape check → the notifications topic, 200 after the broker's acknowledgement.
+        .target(
+            name: "NotificationIngest",
+            dependencies: [
+                "AppStoreNotifications",
+                "KafkaClient",
+                "ServiceRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The worker: verify, dedupe, the one transaction, dead letters, the events relay, the contradiction healer.
+        .target(
+            name: "NotificationWorker",
+            dependencies: [
+                "AppStoreNotifications",
+                "AppStorePull",
+                "AppStoreServerAPI",
+                "EntitlementEvents",
+                "EntitlementStore",
+                "KafkaClient",
+                "ServiceRuntime",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The pull side: backfill (Get Notification History), reconcile and import (statuses, transaction history),
+        // the test notification's round trip. Everything pulled goes through the notifications topic.
+        .target(
+            name: "AppStorePull",
+            dependencies: [
+                "AppStoreNotifications",
+                "AppStoreServerAPI",
+                "EntitlementStore",
+                "KafkaClient",
+                "ServiceRuntime",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // Operator tools: dead letters and their re-drive, reading topics, pipelinectl's configuration.
+        .target(
+            name: "PipelineOperations",
+            dependencies: [
+                "AppStoreNotifications",
+                "AppStoreServerAPI",
+                "EntitlementEvents",
+                "EntitlementStore",
+                "KafkaClient",
+                "ServiceRuntime",
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // MARK: - Test material minted at run time
@@ -189,27 +251,31 @@ let package = Package(
             dependencies: [
                 "AppStoreNotifications",
                 "CustomerAPI",
+                "AppStorePull",
                 "EntitlementEvents",
-                "NotificationPipeline",
+                "NotificationIngest",
+                "NotificationWorker",
+                "PipelineOperations",
+                "ServiceRuntime",
                 "Webhooks",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .executableTarget(
             name: "ingest",
-            dependencies: ["NotificationPipeline"]
+            dependencies: ["NotificationIngest", "ServiceRuntime"]
         ),
         .executableTarget(
             name: "worker",
-            dependencies: ["NotificationPipeline"]
+            dependencies: ["NotificationWorker", "ServiceRuntime"]
         ),
         .executableTarget(
             name: "customer-api",
-            dependencies: ["CustomerAPI", "NotificationPipeline"]
+            dependencies: ["CustomerAPI", "ServiceRuntime"]
         ),
         .executableTarget(
             name: "webhooks",
-            dependencies: ["Webhooks", "NotificationPipeline"]
+            dependencies: ["Webhooks", "ServiceRuntime"]
         ),
         .executableTarget(
             name: "fake-appstore-api",
@@ -226,7 +292,7 @@ let package = Package(
         ),
         .testTarget(
             name: "NotificationPipelineTests",
-            dependencies: ["NotificationPipeline", "CustomerAPI", "Webhooks", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["AppStorePull", "NotificationIngest", "NotificationWorker", "PipelineOperations", "ServiceRuntime", "CustomerAPI", "Webhooks", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

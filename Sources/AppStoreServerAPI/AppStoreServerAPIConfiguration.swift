@@ -93,6 +93,14 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         public init() {}
     }
 
+    /// The variables `fromEnvironment` reads (every process that calls Apple: the worker's healer, the customer
+    /// API, pipelinectl's pull commands).
+    public static let environmentKeys = [
+        "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_RATE_LIMIT_HISTORY",
+        "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_RATE_LIMIT_STATUSES", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY", "APPSTORE_RATE_LIMIT_CONSUMPTION",
+        "APPSTORE_MAX_ATTEMPTS",
+    ]
+
     /// Reads the `APPSTORE_*` variables. Every error names the variable and never quotes the key.
     public static func fromEnvironment(_ variables: [String: String], environment: Environment) throws(AppStoreConfigurationError) -> AppStoreServerAPIConfiguration {
         func required(_ name: String) throws(AppStoreConfigurationError) -> String {

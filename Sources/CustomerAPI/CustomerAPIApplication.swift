@@ -5,7 +5,7 @@ import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
-import NotificationPipeline
+import ServiceRuntime
 import OpenAPIHummingbird
 import OpenAPIRuntime
 import PostgresNIO

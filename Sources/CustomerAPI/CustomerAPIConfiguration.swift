@@ -1,10 +1,10 @@
 import AppStoreNotifications
 import Foundation
-import NotificationPipeline
+import ServiceRuntime
 
 /// Everything the customer API is configured with. The apps, roots, database, broker and App Store Server API
-/// settings are read exactly as the worker reads them (`WorkerConfiguration.fromEnvironment`), so a purchase is
-/// verified and stored under the same rules as a notification.
+/// settings are the shared `PipelineSettings`, read exactly as the worker reads them, so a purchase is verified and
+/// stored under the same rules as a notification.
 public struct CustomerAPIConfiguration: Sendable {
     /// `CUSTOMER_API_HOST` / `CUSTOMER_API_PORT`: where the API listens (port 0: any free port, for tests).
     public var host = "0.0.0.0"
@@ -35,11 +35,11 @@ public struct CustomerAPIConfiguration: Sendable {
     public var ownershipPolicy = OwnershipPolicy.transfer
     /// `OWNERSHIP_POLICY_BY_APP`: `bundleA=keep,bundleB=transfer-if-inactive`.
     public var ownershipPolicyByApp: [String: OwnershipPolicy] = [:]
-    /// The worker's settings this service shares: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`, `POSTGRES_POOL_SIZE`,
-    /// `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
-    public var shared: WorkerConfiguration
+    /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
+    /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
+    public var shared: PipelineSettings
 
-    public init(shared: WorkerConfiguration) {
+    public init(shared: PipelineSettings) {
         self.shared = shared
     }
 
@@ -48,12 +48,10 @@ public struct CustomerAPIConfiguration: Sendable {
         "CUSTOMER_API_HOST", "CUSTOMER_API_PORT", "CUSTOMER_API_OPS_PORT", "CUSTOMER_API_APPLY_TIMEOUT_MS", "CUSTOMER_API_MAX_BODY_BYTES",
         "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE_MS", "CUSTOMER_API_RATE_LIMIT", "CUSTOMER_API_RATE_BURST",
         "CUSTOMER_API_ORDER_CACHE_MS", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
-        "APPS", "TRUSTED_ROOTS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "NOTIFICATIONS_TOPIC", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys + OperationsConfiguration.appStoreKeys
+    ] + PipelineSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> CustomerAPIConfiguration {
-        var shared = try WorkerConfiguration.fromEnvironment(environment)
-        shared.kafka.clientId = environment.string("KAFKA_CLIENT_ID", default: "appstore-customer-api")
+        let shared = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-customer-api")
         var configuration = CustomerAPIConfiguration(shared: shared)
         configuration.host = environment.string("CUSTOMER_API_HOST", default: configuration.host)
         configuration.port = try environment.int("CUSTOMER_API_PORT", default: configuration.port, range: 0...65535)

@@ -3,7 +3,7 @@ import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
-import NotificationPipeline
+import ServiceRuntime
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle

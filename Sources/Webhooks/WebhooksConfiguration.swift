@@ -2,7 +2,7 @@ import AppStoreNotifications
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import ServiceRuntime
 import PostgresNIO
 
 /// Everything the webhooks service (and `pipelinectl webhooks`) is configured with, from the environment.

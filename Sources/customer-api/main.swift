@@ -1,5 +1,5 @@
 import CustomerAPI
-import NotificationPipeline
+import ServiceRuntime
 
 // customer-api: read configuration, build, run (ServiceProcess). Logic lives in CustomerAPI.
 await ServiceProcess.run(name: "customer-api", help: CustomerAPIConfiguration.help) { logger, registry in

@@ -3,7 +3,11 @@ import ArgumentParser
 import CustomerAPI
 import EntitlementStore
 import Foundation
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl api-keys create|list|revoke`: the keys app backends present to the customer API.
 struct APIKeysCommand: AsyncParsableCommand {
@@ -28,7 +32,7 @@ struct APIKeysCommand: AsyncParsableCommand {
         func run() async throws {
             // A key for an app the services do not serve answers nothing but refusals: say so (a warning, since the
             // app may be added to APPS later).
-            if let apps = ProcessInfo.processInfo.environment["APPS"], let configured = try? WorkerConfiguration.parseApps(apps) {
+            if let apps = ProcessInfo.processInfo.environment["APPS"], let configured = try? PipelineSettings.parseApps(apps) {
                 for unknown in bundleId where !configured.contains(where: { $0.bundleId == unknown }) {
                     FileHandle.standardError.write(Data("warning: \(UntrustedText.quoted(unknown, limit: 100)) is not in APPS; the customer API refuses its requests until it is\n".utf8))
                 }

@@ -4,7 +4,11 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// The App Store Server API settings every pull command takes: the `APPSTORE_*` variables, per environment.
 struct AppStoreOptions: ParsableArguments {

@@ -2,7 +2,11 @@ import AppStoreNotifications
 import ArgumentParser
 import Foundation
 import Logging
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// Where the pipeline is: the services' own environment variables, overridable per run.
 struct ConnectionOptions: ParsableArguments {

@@ -3,7 +3,11 @@ import AppStoreServerAPI
 import ArgumentParser
 import EntitlementStore
 import Foundation
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl consumption pending|send`: Apple's CONSUMPTION_REQUEST asks for an answer within 12 hours.
 struct ConsumptionCommand: AsyncParsableCommand {

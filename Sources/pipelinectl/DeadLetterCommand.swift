@@ -3,7 +3,11 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl dlq list|redrive`.
 struct DeadLetterCommand: AsyncParsableCommand {

@@ -3,7 +3,11 @@ import ArgumentParser
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl events tail`.
 struct EventsCommand: AsyncParsableCommand {

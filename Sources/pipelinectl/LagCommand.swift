@@ -1,7 +1,11 @@
 import AppStoreNotifications
 import ArgumentParser
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl lag`.
 struct LagCommand: AsyncParsableCommand {

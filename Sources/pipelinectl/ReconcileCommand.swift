@@ -4,7 +4,11 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// Which subscriptions a pull command asks Apple about.
 struct IdSelection: ParsableArguments {

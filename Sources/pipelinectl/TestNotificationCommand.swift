@@ -3,7 +3,11 @@ import AppStoreServerAPI
 import ArgumentParser
 import EntitlementStore
 import Foundation
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 
 /// `pipelinectl test-notification`: the whole path checked in one command.
 struct TestNotificationCommand: AsyncParsableCommand {

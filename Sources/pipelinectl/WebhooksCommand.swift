@@ -3,7 +3,11 @@ import ArgumentParser
 import EntitlementEvents
 import EntitlementStore
 import Foundation
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import Webhooks
 
 /// `pipelinectl webhooks …`: the endpoints the webhooks service delivers entitlement events to.

@@ -1,4 +1,4 @@
-import NotificationPipeline
+import ServiceRuntime
 import Webhooks
 
 // webhooks: read configuration, build, run (ServiceProcess). Logic lives in Webhooks.

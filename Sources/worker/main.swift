@@ -1,4 +1,5 @@
-import NotificationPipeline
+import NotificationWorker
+import ServiceRuntime
 
 // worker: read configuration, build, run (ServiceProcess). Logic lives in NotificationPipeline. A fatal consumer
 // error (or another service's failure) exits non-zero, so the orchestrator replaces the process.

@@ -3,7 +3,11 @@ import CustomerAPI
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import PostgresNIO
 import TestSupport
 import Testing

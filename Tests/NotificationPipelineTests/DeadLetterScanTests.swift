@@ -1,5 +1,9 @@
 @testable import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import Testing
 
 /// What `dlq list` and `dlq redrive` take from a streamed dead-letter topic.

@@ -9,7 +9,11 @@ import TestSupport
 import Testing
 @testable import Webhooks
 
-@testable import NotificationPipeline
+@testable import AppStorePull
+@testable import NotificationIngest
+@testable import NotificationWorker
+@testable import PipelineOperations
+@testable import ServiceRuntime
 
 /// No Docker engine or Kubernetes cluster exists where the tests run, so the deployment files are checked
 /// against the code instead: every variable they set is one the process reads, every command names one of our
@@ -28,7 +32,7 @@ struct DeploymentConsistencyTests {
     static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
     static let defaultIngestPort = IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).port
     static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
-    static let defaultCustomerAPI = CustomerAPIConfiguration(shared: WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
+    static let defaultCustomerAPI = CustomerAPIConfiguration(shared: PipelineSettings(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
     static let defaultWebhooksPort = WebhooksConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
 
     /// The ports a service process listens on (`all`) and the one serving `/health/*` and `/metrics` (`ops`),

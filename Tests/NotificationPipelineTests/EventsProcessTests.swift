@@ -2,7 +2,11 @@ import AppStoreNotifications
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import PostgresNIO
 import TestSupport
 import Testing

@@ -1,5 +1,9 @@
 import Foundation
-@testable import NotificationPipeline
+@testable import AppStorePull
+@testable import NotificationIngest
+@testable import NotificationWorker
+@testable import PipelineOperations
+@testable import ServiceRuntime
 import TestSupport
 import Testing
 

@@ -1,6 +1,10 @@
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import Synchronization
 import TestSupport
 import Testing

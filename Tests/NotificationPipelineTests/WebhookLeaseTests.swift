@@ -1,7 +1,11 @@
 import AppStoreNotifications
 import EntitlementStore
 import Foundation
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import PostgresNIO
 import TestSupport
 import Testing

@@ -1,6 +1,10 @@
 import Foundation
 @_spi(Testing) import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import TestSupport
 import Testing
 

@@ -1,7 +1,11 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import TestSupport
 import Testing
 

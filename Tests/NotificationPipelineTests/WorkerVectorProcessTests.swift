@@ -1,7 +1,11 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
-import NotificationPipeline
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
 import PostgresNIO
 import TestSupport
 import Testing

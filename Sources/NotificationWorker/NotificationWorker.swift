@@ -1,29 +1,13 @@
 import AppStoreNotifications
+import AppStorePull
 import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
 import Prometheus
 import ServiceLifecycle
+import ServiceRuntime
 import Synchronization
-
-/// Record headers the worker sets on dead letters. The value and key are the original record's, unchanged.
-public enum DeadLetterHeader {
-    /// The stable error code (`VerificationError.code`), e.g. `signatureMismatch`.
-    public static let errorCode = "error-code"
-    /// The human-readable reason.
-    public static let errorReason = "error-reason"
-    /// For `nestedInvalid`: the nested JWS's own code.
-    public static let errorCause = "error-cause"
-    public static let originalTopic = "original-topic"
-    public static let originalPartition = "original-partition"
-    public static let originalOffset = "original-offset"
-    public static let originalTimestamp = "original-timestamp"
-    public static let consumerGroup = "consumer-group"
-    public static let failedAt = "failed-at"
-    /// How many times the record was tried (1 for verification failures, which never change on retry).
-    public static let attempt = "attempt"
-}
 
 /// Consumes notifications, verifies them, stores entitlement state, dead-letters what can never verify.
 ///

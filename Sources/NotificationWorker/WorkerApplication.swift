@@ -1,14 +1,16 @@
-import Foundation
 import AppStoreNotifications
+import AppStorePull
 import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
+import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle
+import ServiceRuntime
 
 /// The worker process's services, in dependency order (a ServiceGroup shuts them down in reverse: the ops server,
 /// then the worker finishes its batch, then the consumer commits and leaves the group, then the events relay
@@ -27,8 +29,8 @@ public func buildWorkerServices(
     logger: Logger,
     onOpsServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }
 ) throws -> WorkerServices {
-    let verifier = try SignedPayloadVerifier(configuration: try configuration.verifierConfiguration())
-    let postgres = PostgresClient(configuration: try configuration.postgresConfiguration(), backgroundLogger: logger)
+    let verifier = try SignedPayloadVerifier(configuration: try configuration.settings.verifierConfiguration())
+    let postgres = PostgresClient(configuration: try configuration.settings.postgresConfiguration(), backgroundLogger: logger)
     let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
     let store = EntitlementStore(

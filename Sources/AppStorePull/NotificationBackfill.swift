@@ -4,6 +4,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import ServiceRuntime
 
 /// What one backfill asks Apple for.
 public struct BackfillRequest: Sendable, Hashable {

@@ -6,30 +6,16 @@ import HummingbirdCore
 import KafkaClient
 import Logging
 import Prometheus
+import ServiceLifecycle
+import ServiceRuntime
 
-/// Record headers ingest sets on every notification record.
-public enum NotificationRecordHeader {
-    /// Milliseconds since 1970 when ingest received the request (also the record timestamp).
-    public static let receivedAt = "received-at"
-    /// `INGEST_INSTANCE_ID` of the ingest that accepted it.
-    public static let ingestInstance = "ingest-instance"
-    /// A UUID per request, also in ingest's log line and the response's `X-Request-Id`.
-    public static let requestId = "request-id"
-    /// The environment of the path it was POSTed to, when that path has one. Informational only.
-    public static let environmentHint = "environment-hint"
-    /// Where the record came from: absent for ingest's own, `history` for a backfill's (Get Notification History).
-    public static let source = "source"
-    /// A backfill's record: the result of Apple's last attempt to POST it (e.g. `TIMED_OUT`), as Apple wrote it.
-    public static let sendAttemptResult = "send-attempt-result"
-    /// The pull side's own record kinds (`PulledRecordKind`: status snapshots, history transactions); absent on
-    /// Apple's notifications. Ingest never sets it, so nothing from the internet is read as one.
-    public static let recordKind = "record-kind"
-
-    /// The archive's `source`: the header, bounded (it is only informational), or `ingest`.
-    static func source(of headers: [KafkaHeader]) -> String {
-        guard let value = headers.string(source), !value.isEmpty else { return "ingest" }
-        return String(UntrustedText.escaped(value, limit: 32))
-    }
+/// The ingest process's services, in start order: the application (its HTTP server and its producer) and the
+/// drain. The drain is last, so SIGTERM reaches it first: readiness fails while the server keeps serving for the
+/// drain period, then the application drains its HTTP server and flushes the producer.
+public func buildIngestServices(configuration: IngestConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
+    let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
+    let drain = ShutdownDrain(period: .milliseconds(configuration.shutdownDrainMilliseconds))
+    return [buildIngestApplication(configuration: configuration, producer: producer, registry: registry, logger: logger, drain: drain), drain]
 }
 
 /// Builds the ingest HTTP application: Apple's POST → shape check → Kafka (acks=all) → 200 only once the broker
@@ -78,13 +64,6 @@ public func buildIngestApplication(
         services: [producer],
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
-}
-
-/// The JSON shape of every refusal ingest and the ops routes write: `{"error": code, "reason": text}`.
-public enum RefusalBody {
-    public static func json(code: String, reason: String) -> String {
-        JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
-    }
 }
 
 /// The one request ingest cares about.

@@ -1,5 +1,6 @@
 import Foundation
 import KafkaClient
+import ServiceRuntime
 
 /// Everything the ingest service is configured with. Read from the environment by `fromEnvironment`.
 public struct IngestConfiguration: Sendable {
@@ -78,6 +79,27 @@ public struct IngestConfiguration: Sendable {
         configuration.readinessCacheMilliseconds = try environment.int("INGEST_READINESS_CACHE_MS", default: configuration.readinessCacheMilliseconds, range: 0...60_000)
         return configuration
     }
+
+    /// `ingest --help`.
+    public static let help = """
+        ingest: Apple's App Store Server Notifications V2 in, the notifications topic out (200 only after the broker's
+        acknowledgement). Configured by the environment:
+          KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
+          INGEST_HOST, INGEST_PORT          where it listens (0.0.0.0, 8080)
+          INGEST_PATH                       the notification path (/v2/notifications)
+          INGEST_ENVIRONMENT_PATHS          /path=Environment pairs that also accept POSTs (…/production, …/sandbox)
+          INGEST_MAX_BODY_BYTES             larger bodies are refused (262144)
+          NOTIFICATIONS_TOPIC               the topic (appstore.notifications.v2)
+          INGEST_PRODUCE_TIMEOUT_MS         the broker's acknowledgement must come within this, else 503 (10000)
+          INGEST_RETRY_AFTER_SECONDS        Retry-After of a 503 (60)
+          INGEST_INSTANCE_ID                this instance's name in the ingest-instance header (the host name)
+          INGEST_IDLE_TIMEOUT_MS, INGEST_REQUEST_TIMEOUT_MS   connection deadlines (60000, 15000)
+          INGEST_MAX_CONNECTIONS            open connections at most (1024)
+          INGEST_READINESS_CACHE_MS         how long /health/ready reuses its broker probe (2000)
+          INGEST_SHUTDOWN_DRAIN_MS          after SIGTERM, readiness fails this long while requests are still served (5000)
+          LOG_LEVEL                         trace, debug, info (default), notice, warning, error, critical
+        docs/ingest.md.
+        """
 
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
     public var producerConfiguration: KafkaProducerConfiguration {

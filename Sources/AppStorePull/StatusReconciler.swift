@@ -4,32 +4,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
-
-/// Produces what the pull side fetched to the notifications topic, as ingest produces notifications (acks=all,
-/// idempotent, keyed by originalTransactionId so a subscription's records stay in order), with `record-kind`.
-public struct PulledRecordProducer: Sendable {
-    public let producer: KafkaProducer
-    public let topic: String
-
-    public init(producer: KafkaProducer, topic: String) {
-        self.producer = producer
-        self.topic = topic
-    }
-
-    /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed.
-    public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        try await producer.sendAllAndAwait(records.map { record in
-            KafkaProducerMessage(
-                topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
-                headers: [
-                    KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
-                    KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
-                    KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
-                ], timestamp: now)
-        })
-    }
-}
+import ServiceRuntime
 
 /// What a reconcile or an import did.
 public struct PullSummary: Sendable {
@@ -47,6 +22,8 @@ public struct PullSummary: Sendable {
     public var changes: [(originalTransactionId: String, before: EntitlementSummary?, after: EntitlementSummary?)] = []
     /// Snapshot uuids the workers had not stored when the wait ended (0 when all were applied).
     public var notApplied = 0
+
+    public init() {}
 }
 
 /// Apple's errors that mean "no such customer" for an id: reported per id, the run goes on.
@@ -112,7 +89,7 @@ public struct StatusReconciler: Sendable {
     }
 
     /// One id: its statuses, each subscription in them produced as a snapshot (after noting its row as it was).
-    func reconcile(
+    public func reconcile(
         _ id: String, bundleId: String, environment: Environment, summary: inout PullSummary, before: inout [String: EntitlementSummary?], produced: inout [String: String]
     ) async throws {
         let response: StatusResponse

@@ -1,9 +1,11 @@
+import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
 import PostgresNIO
+import ServiceRuntime
 
 /// What `pipelinectl` reads from the environment: the same variables the services read, so an operator runs it
 /// with the deployment's own ConfigMap/Secret (command-line options override).
@@ -40,14 +42,7 @@ public struct OperationsConfiguration: Sendable {
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
         // pipelinectl webhooks (WebhooksConfiguration.toolSettings).
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_TIMEOUT_MS",
-    ] + KafkaEnvironment.keys + appStoreKeys + EventsConfiguration.environmentKeys
-
-    /// What `backfill` and `test-notification` read (AppStoreServerAPIConfiguration.fromEnvironment).
-    public static let appStoreKeys = [
-        "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_RATE_LIMIT_HISTORY",
-        "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_RATE_LIMIT_STATUSES", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY", "APPSTORE_RATE_LIMIT_CONSUMPTION",
-        "APPSTORE_MAX_ATTEMPTS",
-    ]
+    ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
         var configuration = OperationsConfiguration()

@@ -1,4 +1,5 @@
 import Prometheus
+import ServiceRuntime
 
 /// What ingest exports on `/metrics`. Labels are bounded: HTTP status and error code, never an id.
 struct IngestMetrics: Sendable {

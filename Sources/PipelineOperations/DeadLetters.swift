@@ -1,8 +1,10 @@
 import AppStoreNotifications
+import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import ServiceRuntime
 
 /// A record of the dead-letter topic, with what its headers say.
 public struct DeadLetter: Sendable {
@@ -35,16 +37,6 @@ public struct DeadLetter: Sendable {
 
     /// When it was dead-lettered: the failed-at header, else the record's timestamp.
     public var time: Int64 { failedAt ?? record.timestamp ?? 0 }
-}
-
-/// Headers a re-driven record carries.
-public enum RedriveHeader {
-    /// `topic/partition/offset` of the dead letter it was re-driven from.
-    public static let from = "redriven-from"
-    /// When (ms since 1970).
-    public static let at = "redriven-at"
-    /// How many times this payload was re-driven.
-    public static let count = "redrive-count"
 }
 
 /// The dead letters matching filters, taken one record at a time: what `dlq list` and `dlq redrive` keep is

@@ -1,4 +1,5 @@
 import EntitlementEvents
+import ServiceRuntime
 
 extension EventsConfiguration {
     /// The variables the events settings are read from (worker and pipelinectl).

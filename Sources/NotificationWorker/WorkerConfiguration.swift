@@ -1,0 +1,107 @@
+import AppStoreNotifications
+import AppStorePull
+import AppStoreServerAPI
+import EntitlementEvents
+import EntitlementStore
+import Foundation
+import KafkaClient
+import PostgresNIO
+import ServiceRuntime
+
+/// What the worker reads: the shared `PipelineSettings` (topics, apps, roots, PostgreSQL, Kafka, Apple's key) and
+/// its own settings. The shared ones read through it as if they were its own (`configuration.apps`).
+@dynamicMemberLookup
+public struct WorkerConfiguration: Sendable {
+    /// `NOTIFICATIONS_TOPIC`, `DEAD_LETTER_TOPIC`, `APPS`, `TRUSTED_ROOTS`, `POSTGRES_*`, `KAFKA_*`, `APPSTORE_*`.
+    public var settings: PipelineSettings
+    /// `WORKER_GROUP_ID`: the consumer group every worker of a deployment shares.
+    public var groupId = "appstore-worker"
+    /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each). What the worker holds in memory
+    /// follows it: three batches in flight (one written, one verified, one polled ahead), each record as bytes and
+    /// parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker stayed at
+    /// 104-118 MB steady, 117-132 MB peak in worker-bench with the image's malloc settings (one worker 2 700-3 160
+    /// notifications/s, 2026-11-26); with 500, 172-192 MB before those settings (docs/benchmarks.md).
+    public var batchSize = 250
+    /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
+    public var maximumBackoff: Duration = .seconds(30)
+    /// `WORKER_STORE_TIMEOUT_MS`: longest a batch's transaction may take before it counts as a transient failure
+    /// (the database unreachable: the pool waits for a connection rather than failing). Migrations get 4×.
+    public var storeTimeout: Duration = .seconds(30)
+    /// `WORKER_MIGRATE`: apply pending schema migrations at start (under the advisory lock). Turn off when a
+    /// separate migrate job (`pipelinectl migrate`) owns the schema.
+    public var migrateAtStart = true
+    /// `WORKER_OPS_HOST` / `WORKER_OPS_PORT`: where `/health/live`, `/health/ready` and `/metrics` are served.
+    public var opsHost = "0.0.0.0"
+    public var opsPort = 8081
+    /// Entitlement events (`EVENTS_*`): the outbox each batch writes, and the relay to the events topic.
+    public var events = EventsConfiguration()
+    /// `HEAL_INTERVAL_MS`: how often a worker looks for contradicted rows to pull (default 10 s); it heals only
+    /// when Apple's key is configured (`APPSTORE_*`).
+    public var healInterval: Duration = .seconds(10)
+    /// `HEAL_RETRY_AFTER_MS`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
+    public var healRetryAfter: Duration = .seconds(300)
+
+    public init(kafka: KafkaClientConfigurationValues) {
+        settings = PipelineSettings(kafka: kafka)
+    }
+
+    /// The shared settings, read and written as the worker's own.
+    public subscript<Value>(dynamicMember keyPath: WritableKeyPath<PipelineSettings, Value>) -> Value {
+        get { settings[keyPath: keyPath] }
+        set { settings[keyPath: keyPath] = newValue }
+    }
+
+    /// The environment variables the worker reads (for documentation and the deployment consistency check).
+    public static let environmentKeys = [
+        "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE", "WORKER_OPS_HOST", "WORKER_OPS_PORT",
+        "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER_MS",
+    ] + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
+        var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: ""))
+        configuration.settings = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-worker")
+        configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
+        configuration.batchSize = try environment.int("WORKER_BATCH_SIZE", default: configuration.batchSize, range: 1...10_000)
+        configuration.maximumBackoff = .milliseconds(try environment.int("WORKER_MAX_BACKOFF_MS", default: 30_000, range: 100...600_000))
+        configuration.storeTimeout = .milliseconds(try environment.int("WORKER_STORE_TIMEOUT_MS", default: 30_000, range: 500...600_000))
+        configuration.migrateAtStart = try environment.bool("WORKER_MIGRATE", default: configuration.migrateAtStart)
+        configuration.opsHost = environment.string("WORKER_OPS_HOST", default: configuration.opsHost)
+        configuration.opsPort = try environment.int("WORKER_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.events = try EventsConfiguration.fromEnvironment(environment)
+        configuration.healInterval = .milliseconds(try environment.int("HEAL_INTERVAL_MS", default: 10_000, range: 100...3_600_000))
+        configuration.healRetryAfter = .milliseconds(try environment.int("HEAL_RETRY_AFTER_MS", default: 300_000, range: 100...86_400_000))
+        return configuration
+    }
+
+    /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
+    public var consumerConfiguration: KafkaConsumerConfiguration {
+        var configuration = KafkaConsumerConfiguration(client: settings.kafka.clientConfiguration, groupId: groupId)
+        // A quiet stream's record (a customer API purchase waiting for its worker) must not wait for librdkafka's
+        // 500 ms on brokers that hold an empty fetch that long: 265 ms → 29 ms at p50 on the bundled one. At most
+        // 20 idle fetches a second; Apache Kafka answers at once anyway. KAFKA_CONFIG_FETCH_WAIT_MAX_MS overrides it.
+        configuration.fetchWaitMaxMilliseconds = 50
+        // Pre-fetch sized from the batch: 48 KiB a record, about three batches of 16 KB notifications (11.7 MiB
+        // for 250), a fourth being the batch polled ahead. Measured (worker-bench, 20 000 notifications, 2026-11-26):
+        // with 64 KiB a record one worker peaked at 138-159 MB, with 48 KiB at 136-144 MB. A full queue is
+        // refilled 10 ms after it drained below this, not librdkafka's 1 s (`fetchQueueBackoffMilliseconds`): with
+        // the 1 s, a smaller queue ran dry and the worker waited for fetches a third of the time.
+        // KAFKA_CONFIG_QUEUED_MAX_MESSAGES_KBYTES and KAFKA_CONFIG_FETCH_QUEUE_BACKOFF_MS override them.
+        configuration.maximumPrefetchKilobytes = max(1024, batchSize * 48)
+        return configuration
+    }
+
+    /// The events relay's producer: idempotent, `acks=all`, and gapless (a failure that could leave a gap in a
+    /// partition stops the instance, which is replaced, instead of letting a later record through).
+    public var eventsProducerConfiguration: KafkaProducerConfiguration {
+        var producer = KafkaProducerConfiguration(client: settings.kafka.clientConfiguration)
+        producer.client.additionalConfig["enable.gapless.guarantee"] = "true"
+        return producer
+    }
+
+    /// The dead-letter producer: durable (acks=all, idempotent), like ingest's.
+    public var deadLetterProducerConfiguration: KafkaProducerConfiguration {
+        var producer = KafkaProducerConfiguration(client: settings.kafka.clientConfiguration)
+        producer.deliveryTimeoutMilliseconds = 30_000
+        return producer
+    }
+}

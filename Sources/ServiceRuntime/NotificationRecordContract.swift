@@ -1,0 +1,94 @@
+import AppStoreNotifications
+import Foundation
+import KafkaClient
+
+// The notifications topic's record contract, shared by every process that writes to it or reads from it (ingest,
+// the worker, the pull side, the customer API, re-drive): the headers, and the one producer of pulled records.
+// docs/asyncapi.yaml documents each header; the deployment consistency test holds it against these names.
+
+/// Record headers ingest sets on every notification record.
+public enum NotificationRecordHeader {
+    /// Milliseconds since 1970 when ingest received the request (also the record timestamp).
+    public static let receivedAt = "received-at"
+    /// `INGEST_INSTANCE_ID` of the ingest that accepted it.
+    public static let ingestInstance = "ingest-instance"
+    /// A UUID per request, also in ingest's log line and the response's `X-Request-Id`.
+    public static let requestId = "request-id"
+    /// The environment of the path it was POSTed to, when that path has one. Informational only.
+    public static let environmentHint = "environment-hint"
+    /// Where the record came from: absent for ingest's own, `history` for a backfill's (Get Notification History).
+    public static let source = "source"
+    /// A backfill's record: the result of Apple's last attempt to POST it (e.g. `TIMED_OUT`), as Apple wrote it.
+    public static let sendAttemptResult = "send-attempt-result"
+    /// The pull side's own record kinds (`PulledRecordKind`: status snapshots, history transactions); absent on
+    /// Apple's notifications. Ingest never sets it, so nothing from the internet is read as one.
+    public static let recordKind = "record-kind"
+
+    /// The archive's `source`: the header, bounded (it is only informational), or `ingest`.
+    public static func source(of headers: [KafkaHeader]) -> String {
+        guard let value = headers.string(source), !value.isEmpty else { return "ingest" }
+        return String(UntrustedText.escaped(value, limit: 32))
+    }
+}
+
+/// Record headers the worker sets on dead letters. The value and key are the original record's, unchanged.
+public enum DeadLetterHeader {
+    /// The stable error code (`VerificationError.code`), e.g. `signatureMismatch`.
+    public static let errorCode = "error-code"
+    /// The human-readable reason.
+    public static let errorReason = "error-reason"
+    /// For `nestedInvalid`: the nested JWS's own code.
+    public static let errorCause = "error-cause"
+    public static let originalTopic = "original-topic"
+    public static let originalPartition = "original-partition"
+    public static let originalOffset = "original-offset"
+    public static let originalTimestamp = "original-timestamp"
+    public static let consumerGroup = "consumer-group"
+    public static let failedAt = "failed-at"
+    /// How many times the record was tried (1 for verification failures, which never change on retry).
+    public static let attempt = "attempt"
+}
+
+/// Headers a re-driven record carries.
+public enum RedriveHeader {
+    /// `topic/partition/offset` of the dead letter it was re-driven from.
+    public static let from = "redriven-from"
+    /// When (ms since 1970).
+    public static let at = "redriven-at"
+    /// How many times this payload was re-driven.
+    public static let count = "redrive-count"
+}
+
+/// Produces what the pull side fetched to the notifications topic, as ingest produces notifications (acks=all,
+/// idempotent, keyed by originalTransactionId so a subscription's records stay in order), with `record-kind`.
+public struct PulledRecordProducer: Sendable {
+    public let producer: KafkaProducer
+    public let topic: String
+
+    public init(producer: KafkaProducer, topic: String) {
+        self.producer = producer
+        self.topic = topic
+    }
+
+    /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed.
+    public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        try await producer.sendAllAndAwait(records.map { record in
+            KafkaProducerMessage(
+                topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
+                headers: [
+                    KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
+                    KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
+                    KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
+                ], timestamp: now)
+        })
+    }
+}
+
+/// The JSON shape of every refusal ingest and the ops routes write: `{"error": code, "reason": text}`.
+public enum RefusalBody {
+    public static func json(code: String, reason: String) -> String {
+        JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
+    }
+}
+

@@ -1,0 +1,145 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import KafkaClient
+import PostgresNIO
+
+/// The settings every process that verifies or stores notifications shares, read once by one type: the topics,
+/// the apps and trusted roots (so a purchase is verified under the same rules as a notification), PostgreSQL,
+/// Kafka and, when configured, Apple's API key. Each service's own configuration holds this beside what only it
+/// reads (`WorkerConfiguration`, `CustomerAPIConfiguration`).
+public struct PipelineSettings: Sendable {
+    /// `NOTIFICATIONS_TOPIC`: the topic ingest produces to.
+    public var topic = "appstore.notifications.v2"
+    /// `DEAD_LETTER_TOPIC`: where permanently failing records go (default: the topic + `.dead-letter`).
+    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    /// `POSTGRES_URL` (required): `postgres://user[:password]@host[:port]/database`.
+    public var postgresURL = ""
+    /// `POSTGRES_POOL_SIZE`: connections per process.
+    public var postgresPoolSize = 4
+    /// `APPS` (required): the apps whose notifications are accepted, comma-separated
+    /// `bundleId[:appAppleId][@Environment+Environment]`, e.g. `com.example.app:1234567890@Production+Sandbox`.
+    /// Without environments an app is accepted in Production and Sandbox; Production requires the App Apple ID.
+    public var apps: [AppIdentity] = []
+    /// `TRUSTED_ROOTS`: comma-separated root certificates: `apple` (the embedded Apple Root CA - G3) and/or
+    /// paths of PEM or DER files. Default `apple`. Anything else is for tests and the demo only.
+    public var trustedRoots: [String] = ["apple"]
+    /// Kafka connection settings (`KAFKA_*`).
+    public var kafka: KafkaClientConfigurationValues
+    /// The `APPSTORE_*` variables when `APPSTORE_KEY_ID` is set (checked at start-up for every configured
+    /// environment of every app).
+    public var appStoreVariables: [String: String]?
+
+    public init(kafka: KafkaClientConfigurationValues) {
+        self.kafka = kafka
+    }
+
+    /// The environment variables these settings read.
+    public static let environmentKeys = ["NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL"]
+        + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> PipelineSettings {
+        var settings = PipelineSettings(kafka: try KafkaEnvironment.client(environment, defaultClientId: defaultClientId))
+        settings.topic = environment.string("NOTIFICATIONS_TOPIC", default: settings.topic)
+        settings.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: settings.topic + ".dead-letter")
+        settings.postgresURL = try environment.required("POSTGRES_URL")
+        do {
+            _ = try PostgresClient.Configuration(url: settings.postgresURL)
+        } catch {
+            throw ConfigurationError(variable: "POSTGRES_URL", reason: "\(error)")
+        }
+        settings.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: settings.postgresPoolSize, range: 1...100)
+        settings.apps = try Self.parseApps(try environment.required("APPS"))
+        settings.trustedRoots = environment.list("TRUSTED_ROOTS", default: settings.trustedRoots)
+        if environment.optionalString("APPSTORE_KEY_ID") != nil {
+            let variables = Dictionary(uniqueKeysWithValues: AppStoreServerAPIConfiguration.environmentKeys.compactMap { key in environment.optionalString(key).map { (key, $0) } })
+            for app in settings.apps {
+                for target in app.environments where target == .production || target == .sandbox {
+                    do {
+                        _ = try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: target)
+                    } catch {
+                        throw ConfigurationError(variable: error.variable, reason: error.reason)
+                    }
+                }
+            }
+            settings.appStoreVariables = variables
+        }
+        return settings
+    }
+
+    /// `bundleId[:appAppleId][@Environment+Environment]`, comma-separated.
+    public static func parseApps(_ text: String) throws(ConfigurationError) -> [AppIdentity] {
+        var apps: [AppIdentity] = []
+        for entry in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !entry.isEmpty {
+            let parts = entry.split(separator: "@", maxSplits: 1).map(String.init)
+            let identity = parts[0].split(separator: ":", maxSplits: 1).map(String.init)
+            guard let bundleId = identity.first, !bundleId.isEmpty else {
+                throw ConfigurationError(variable: "APPS", reason: "\"\(entry)\" has no bundle id")
+            }
+            var appAppleId: Int64?
+            if identity.count == 2 {
+                guard let id = Int64(identity[1]), id > 0 else { throw ConfigurationError(variable: "APPS", reason: "\"\(identity[1])\" in \"\(entry)\" is not an App Apple ID") }
+                appAppleId = id
+            }
+            var environments: Set<AppStoreNotifications.Environment> = [.production, .sandbox]
+            if parts.count == 2 {
+                environments = []
+                for name in parts[1].split(separator: "+") {
+                    guard let environment = AppStoreNotifications.Environment(rawValue: String(name)), environment.isSignedByApple else {
+                        throw ConfigurationError(variable: "APPS", reason: "\"\(name)\" in \"\(entry)\" is not Production or Sandbox (Xcode and LocalTesting data is not signed by Apple)")
+                    }
+                    environments.insert(environment)
+                }
+            }
+            if environments.contains(.production) && appAppleId == nil {
+                throw ConfigurationError(variable: "APPS", reason: "\"\(entry)\" accepts Production, which needs the App Apple ID (bundleId:appAppleId), as Apple's library requires")
+            }
+            apps.append(AppIdentity(bundleId: bundleId, appAppleId: appAppleId, environments: environments))
+        }
+        guard !apps.isEmpty else { throw ConfigurationError(variable: "APPS", reason: "names no app") }
+        return apps
+    }
+
+    /// The verifier's settings: the configured apps and roots (file contents read here, so a bad file fails start-up).
+    public func verifierConfiguration() throws(ConfigurationError) -> SignedPayloadVerifier.Configuration {
+        var roots: [[UInt8]] = []
+        for entry in trustedRoots {
+            do {
+                if entry.lowercased() == "apple" {
+                    roots.append(try AppleRootCertificate.derBytes)
+                } else {
+                    guard let data = FileManager.default.contents(atPath: entry) else {
+                        throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "cannot read \(entry)")
+                    }
+                    roots += try TrustAnchorLoader.certificates(in: [UInt8](data))
+                }
+            } catch let error as ConfigurationError {
+                throw error
+            } catch {
+                throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "\(entry): \(error)")
+            }
+        }
+        do {
+            return try SignedPayloadVerifier.Configuration(apps: apps, trustedRoots: roots)
+        } catch {
+            throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "\(error)")
+        }
+    }
+
+    /// The PostgreSQL pool.
+    public func postgresConfiguration() throws -> PostgresClient.Configuration {
+        var configuration = try PostgresClient.Configuration(url: postgresURL)
+        configuration.options.maximumConnections = postgresPoolSize
+        return configuration
+    }
+}
+
+extension KafkaClientConfigurationValues {
+    /// As the Kafka client's configuration.
+    public var clientConfiguration: KafkaClientConfiguration {
+        KafkaClientConfiguration(
+            bootstrapServers: bootstrapServers, clientId: clientId, statisticsIntervalMilliseconds: statisticsIntervalMilliseconds,
+            additionalConfig: additionalConfig)
+    }
+}
