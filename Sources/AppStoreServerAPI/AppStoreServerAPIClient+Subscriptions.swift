@@ -6,7 +6,7 @@ extension AppStoreServerAPIClient {
         let endpoint = "GET /inApps/v1/subscriptions/{transactionId}"
         var path = "/inApps/v1/subscriptions/" + Self.percentEncoded(transactionId)
         if !status.isEmpty { path += "?" + status.map { "status=\($0)" }.joined(separator: "&") }
-        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil, decode: StatusResponse.init(json:))
+        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil, as: StatusResponse.self)
     }
 
     /// [Get Transaction History](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-history) v2,
@@ -15,7 +15,7 @@ extension AppStoreServerAPIClient {
         let endpoint = "GET /inApps/v2/history/{transactionId}"
         var path = "/inApps/v2/history/" + Self.percentEncoded(transactionId) + "?sort=ASCENDING"
         if let revision { path += "&revision=" + Self.percentEncoded(revision) }
-        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .transactionHistory, body: nil, decode: HistoryResponse.init(json:))
+        return try await call(.GET, path, endpoint: endpoint, bundleId: bundleId, family: .transactionHistory, body: nil, as: HistoryResponse.self)
     }
 
     /// [Get Transaction Info](https://developer.apple.com/documentation/appstoreserverapi/get-transaction-info).

@@ -54,14 +54,14 @@ public final class AppStoreServerAPIClient: Sendable {
         if let paginationToken { path += "?paginationToken=" + Self.percentEncoded(paginationToken) }
         return try await call(
             .POST, path, endpoint: "POST /inApps/v1/notifications/history", bundleId: bundleId, family: .notificationHistory, body: request.json,
-            decode: NotificationHistoryResponse.init(json:))
+            as: NotificationHistoryResponse.self)
     }
 
     /// [Request a Test Notification](https://developer.apple.com/documentation/appstoreserverapi/request-a-test-notification).
     public func requestTestNotification(bundleId: String) async throws -> SendTestNotificationResponse {
         try await call(
             .POST, "/inApps/v1/notifications/test", endpoint: "POST /inApps/v1/notifications/test", bundleId: bundleId, family: .testNotification, body: nil,
-            decode: SendTestNotificationResponse.init(json:))
+            as: SendTestNotificationResponse.self)
     }
 
     /// [Get Test Notification Status](https://developer.apple.com/documentation/appstoreserverapi/get-test-notification-status).
@@ -69,20 +69,19 @@ public final class AppStoreServerAPIClient: Sendable {
     public func testNotificationStatus(bundleId: String, testNotificationToken: String) async throws -> CheckTestNotificationResponse {
         try await call(
             .GET, "/inApps/v1/notifications/test/" + Self.percentEncoded(testNotificationToken), endpoint: "GET /inApps/v1/notifications/test/{testNotificationToken}",
-            bundleId: bundleId, family: .testNotification, body: nil, decode: CheckTestNotificationResponse.init(json:))
+            bundleId: bundleId, family: .testNotification, body: nil, as: CheckTestNotificationResponse.self)
     }
 
     // MARK: - The call, its retries and its errors
 
-    /// One call whose answer is decoded by `decode`; an answer not of Apple's shape is a `malformedResponse`
-    /// naming the field.
-    func call<T>(
-        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?,
-        decode: (JSONObject) throws(ModelDecodingError) -> T
+    /// One call whose answer is decoded as `type` (Apple's model, through the strict decoder the verifier uses); an
+    /// answer not of Apple's shape is a `malformedResponse` naming the field.
+    func call<T: Decodable>(
+        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?, as type: T.Type
     ) async throws -> T {
         let object = try await call(method, path, endpoint: endpoint, bundleId: bundleId, family: family, body: body)
         do {
-            return try decode(object)
+            return try ModelDecodingError.decode(type, from: .object(object))
         } catch {
             throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "the answer is not what Apple documents: \(error)", endpoint: endpoint)
         }

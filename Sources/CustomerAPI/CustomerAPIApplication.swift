@@ -32,7 +32,7 @@ public func buildCustomerAPIServices(
     let shared = configuration.shared
     let verifier = try SignedPayloadVerifier(configuration: try shared.verifierConfiguration())
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
-    let store = EntitlementStore(client: postgres, logger: logger, statementTimeout: .seconds(10))
+    let store = CustomerStore(client: postgres, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
     producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, configuration.applyTimeoutMilliseconds)
     producerConfiguration.lingerMilliseconds = 1
@@ -71,7 +71,8 @@ public func buildCustomerAPIServices(
         onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? configuration.port) },
         logger: logger)
 
-    let database = CachedProbe(ttl: .seconds(2)) { (try? await store.pendingMigrations().isEmpty) ?? false }
+    let schema = EntitlementStore(client: postgres, logger: logger)
+    let database = CachedProbe(ttl: .seconds(2)) { (try? await schema.pendingMigrations().isEmpty) ?? false }
     let broker = CachedProbe(ttl: .seconds(2)) { await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) }
     let opsRouter = Router()
     OperationsRoutes.add(to: opsRouter, registry: registry) {

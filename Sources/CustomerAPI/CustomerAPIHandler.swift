@@ -11,7 +11,7 @@ import ServiceRuntime
 struct CustomerAPIHandler: APIProtocol {
     let configuration: CustomerAPIConfiguration
     let verifier: SignedPayloadVerifier
-    let store: EntitlementStore
+    let store: CustomerStore
     let producer: PulledRecordProducer
     /// App Store Server API clients by environment, where a key is configured (Set App Account Token, Look Up Order ID).
     let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]

@@ -179,11 +179,11 @@ struct AuthenticationMiddleware: ServerMiddleware {
 /// Key rows read from PostgreSQL, each reused for a short while: a flood of requests costs one query per key per
 /// period, and a revocation takes effect within it.
 final class APIKeyCache: Sendable {
-    private let store: EntitlementStore
+    private let store: CustomerStore
     private let ttl: Duration
     private let entries = Mutex<[String: (record: APIKeyRecord?, read: ContinuousClock.Instant)]>([:])
 
-    init(store: EntitlementStore, ttl: Duration) {
+    init(store: CustomerStore, ttl: Duration) {
         self.store = store
         self.ttl = ttl
     }

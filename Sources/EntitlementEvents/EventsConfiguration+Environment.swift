@@ -1,4 +1,3 @@
-import EntitlementEvents
 import ServiceRuntime
 
 extension EventsConfiguration {

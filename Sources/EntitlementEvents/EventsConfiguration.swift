@@ -1,5 +1,5 @@
 /// The entitlement events' settings, shared by the worker (outbox and relay) and `pipelinectl` (topic, tail).
-/// Read from the environment by NotificationPipeline (`EVENTS_*`); the defaults are the documented ones.
+/// Read from the environment by `fromEnvironment` (`EVENTS_*`); the defaults are the documented ones.
 public struct EventsConfiguration: Sendable, Hashable {
     /// `EVENTS_ENABLED` (default true): whether batches write events to the outbox and the workers relay them.
     public var enabled = true

@@ -23,12 +23,12 @@ import ServiceLifecycle
 /// round, with the same ids: a consumer that dedupes by `ce_id` sees each subscription's events in order.
 public struct OutboxRelay: Service {
     let configuration: EventsConfiguration
-    let store: EntitlementStore
+    let store: OutboxStore
     let producer: KafkaProducer
     let metrics: EventsMetrics
     let logger: Logger
 
-    public init(configuration: EventsConfiguration, store: EntitlementStore, producer: KafkaProducer, metrics: EventsMetrics, logger: Logger) {
+    public init(configuration: EventsConfiguration, store: OutboxStore, producer: KafkaProducer, metrics: EventsMetrics, logger: Logger) {
         self.configuration = configuration
         self.store = store
         self.producer = producer

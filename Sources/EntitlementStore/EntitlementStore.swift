@@ -164,37 +164,46 @@ public struct EntitlementStore: Sendable {
     /// Bounds every statement of a transaction (`SET LOCAL`): a client that gave up at its deadline must not
     /// leave the server running the abandoned transaction.
     func applyTimeouts(on connection: PostgresConnection) async throws {
-        guard let statementTimeout else { return }
-        let milliseconds = max(1, Int(statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000))
-        let value = String(milliseconds)
-        // One statement (a prepared statement holds one command); `true`: local to this transaction, like SET LOCAL.
+        try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
+    }
+
+    /// The batch's one transaction, in four steps that read top to bottom: the dead letters' positions, the dedupe
+    /// ledger (what is new), the archive and transactions, the entitlements with their events, the outbox.
+    func write(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> BatchOutcome {
+        try await applyTimeouts(on: connection)
+        var outcome = BatchOutcome()
+        try await recordDeadLetters(deadLettered, on: connection)
+        guard !batch.isEmpty else { return outcome }
+        let firstSeen = try await claimInLedger(batch, outcome: &outcome, on: connection)
+        guard !firstSeen.isEmpty else { return outcome }
+        let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
+        let events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
+        if !events.isEmpty {
+            try await connection.query(Self.outboxStatement(events), logger: logger)
+            outcome.events = events.count
+        }
+        return outcome
+    }
+
+    /// The positions of the records dead-lettered with this batch, so a re-read skips them.
+    func recordDeadLetters(_ deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws {
+        guard !deadLettered.isEmpty else { return }
+        let ordered = deadLettered.sorted { $0.position < $1.position }
         try await connection.query(
             """
-            SELECT set_config('statement_timeout', \(value), true), set_config('lock_timeout', \(value), true),
-                set_config('idle_in_transaction_session_timeout', \(value), true)
+            INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
+            SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
+                \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
+            ON CONFLICT DO NOTHING
             """,
             logger: logger)
     }
 
-    func write(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> BatchOutcome {
-        try await applyTimeouts(on: connection)
-        var outcome = BatchOutcome()
-        if !deadLettered.isEmpty {
-            let ordered = deadLettered.sorted { $0.position < $1.position }
-            try await connection.query(
-                """
-                INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
-                SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
-                    \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
-                ON CONFLICT DO NOTHING
-                """,
-                logger: logger)
-        }
-        guard !batch.isEmpty else { return outcome }
-        // 1. Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key
-        //    waits here for our commit, so a notification is applied by exactly one transaction.
-        //    Keys go in sorted (byte) order, the same in every worker, so two batches that overlap during a
-        //    partition handoff wait on each other instead of deadlocking.
+    /// Dedupe ledger: one multi-row insert; what comes back is new. Another worker inserting the same key waits here
+    /// for our commit, so a notification is applied by exactly one transaction. Keys go in sorted (byte) order, the
+    /// same in every worker, so two batches that overlap during a partition handoff wait on each other instead of
+    /// deadlocking. Returns each new key's first occurrence, in batch order (a key is applied once, never again).
+    func claimInLedger(_ batch: [StoredNotification], outcome: inout BatchOutcome, on connection: PostgresConnection) async throws -> [StoredNotification] {
         let keys = Set(batch.map(\.deduplicationKey)).sorted(by: String.precedesInByteOrder)
         var fresh: Set<String> = []
         let inserted = try await connection.query(
@@ -205,15 +214,18 @@ public struct EntitlementStore: Sendable {
             """,
             logger: logger)
         for try await key in inserted.decode(String.self) { fresh.insert(key) }
-        // A key is applied once: its first occurrence if it is new, never again.
         var firstSeen: [StoredNotification] = []
         for record in batch {
             if fresh.remove(record.deduplicationKey) != nil { firstSeen.append(record) } else { outcome.duplicates += 1 }
         }
         outcome.applied = firstSeen.count
-        guard !firstSeen.isEmpty else { return outcome }
+        return firstSeen
+    }
 
-        // 2. Archive and transactions.
+    /// The archive, consumption requests, transactions and grace periods of the new records. Returns the one-time
+    /// transactions already stored before this batch (a one-time purchase is one event, whichever of its records
+    /// comes first: a purchase posted through the customer API, then Apple's ONE_TIME_CHARGE).
+    func storeArchiveAndTransactions(_ firstSeen: [StoredNotification], on connection: PostgresConnection) async throws -> Set<String> {
         try await Self.archive(firstSeen, on: connection, logger: logger)
         // A CONSUMPTION_REQUEST asks for an answer within 12 hours of its signedDate: recorded as pending here, in
         // the same transaction, so none is lost; `pipelinectl consumption` lists and answers them.
@@ -232,8 +244,7 @@ public struct EntitlementStore: Sendable {
                 """,
                 logger: logger)
         }
-        // A one-time purchase is one event, whichever of its records comes first (a purchase posted through the
-        // customer API, then Apple's ONE_TIME_CHARGE): the transactions already stored, read before this batch's.
+        // Read before this batch's transactions are written.
         let knownOneTime = emitsEvents ? try await storedTransactionIds(Self.oneTimeTransactionIds(firstSeen), on: connection) : []
         let transactions = Self.newestTransactions(firstSeen).sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
         if !transactions.isEmpty {
@@ -252,18 +263,22 @@ public struct EntitlementStore: Sendable {
                 """,
                 logger: logger)
         }
+        return knownOneTime
+    }
 
-        // 3. Entitlements: lock the rows the batch touches, apply every notification in order, write each final state.
-        //    With events, each real change of a row becomes one event, numbered in its subscription's sequence.
-        let touched = Set(firstSeen.flatMap(\.entitlementKeys))
-        if emitsEvents { try await lockSubscriptions(touched, on: connection) }
-        var current = try await lockedEntitlements(touched, on: connection)
-        var changed: [EntitlementKey] = []  // in first-change order
+    /// What the entitlements step changes while it applies a batch: the locked rows as they now stand, the keys
+    /// changed (in first-change order), and the events. With events, each real change of a row becomes one event,
+    /// numbered in its subscription's sequence.
+    struct EntitlementChanges {
+        var current: [EntitlementKey: LockedRow]
+        let emitsEvents: Bool
+        var changed: [EntitlementKey] = []
         var changedSet: Set<EntitlementKey> = []
         var events: [EntitlementEvent] = []
-        var oneTimeSeen = knownOneTime
-        var sequenceOnly: Set<EntitlementKey> = []  // rows whose event_sequence moved without a state change
-        func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
+        /// Rows whose event_sequence moved without a state change (a transfer of a row the batch did not change).
+        var sequenceOnly: Set<EntitlementKey> = []
+
+        mutating func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
             if changedSet.insert(key).inserted { changed.append(key) }
             var row = current[key] ?? LockedRow(state: state)
             row.state = state
@@ -274,24 +289,55 @@ public struct EntitlementStore: Sendable {
             }
             current[key] = row
         }
+
+        /// A purchase bound or moved to a customer: an `entitlement.transferred` event in the subscription's sequence.
+        mutating func recordTransfer(
+            _ applied: AppliedClaim, of claim: PurchaseClaim, transaction: JWSTransactionDecodedPayload, at key: EntitlementKey, cause: EntitlementEventCause
+        ) {
+            var row = current[key]
+            let sequence = row.map { $0.eventSequence + 1 }
+            let snapshot = row.map { $0.lastEventAfter ?? EntitlementSnapshot($0.state, at: cause.signedDate) }
+            events.append(EntitlementEvent.transfer(
+                environment: key.environment, bundleId: key.bundleId, originalTransactionId: key.originalTransactionId,
+                productId: row?.state.productId ?? transaction.productId, appAccountToken: row?.state.appAccountToken ?? transaction.appAccountToken,
+                appTransactionId: row?.state.appTransactionId ?? transaction.appTransactionId, from: applied.previousOwner, to: claim.customerId,
+                sequence: sequence, snapshot: snapshot, cause: cause))
+            if let sequence {
+                row?.eventSequence = sequence
+                row?.lastEventAfter = snapshot
+                current[key] = row
+                if !changedSet.contains(key) { sequenceOnly.insert(key) }
+            }
+        }
+    }
+
+    /// Locks the rows the batch touches, applies every notification in order (the one state machine), decides the
+    /// owner of every posted purchase, and writes each final state. Returns the events, in the order they happened.
+    func applyEntitlements(
+        _ firstSeen: [StoredNotification], knownOneTime: Set<String>, outcome: inout BatchOutcome, on connection: PostgresConnection
+    ) async throws -> [EntitlementEvent] {
+        let touched = Set(firstSeen.flatMap(\.entitlementKeys))
+        if emitsEvents { try await lockSubscriptions(touched, on: connection) }
+        var changes = EntitlementChanges(current: try await lockedEntitlements(touched, on: connection), emitsEvents: emitsEvents)
+        var oneTimeSeen = knownOneTime
         for notification in firstSeen {
             let cause = EntitlementEventCause(notification.verified, key: notification.deduplicationKey)
             if emitsEvents, let event = EntitlementEvent.ofNotification(notification.verified, cause: cause) {
                 if event.type != .oneTimePurchase || oneTimeSeen.insert(notification.verified.transactionInfo?.model.transactionId ?? event.id).inserted {
-                    events.append(event)
+                    changes.events.append(event)
                 }
             }
             guard let key = notification.entitlementKey else { continue }
-            let tokenBefore = current[key]?.state.appAccountToken
-            switch EntitlementTransition.apply(notification.verified, to: current[key]?.state) {
+            let tokenBefore = changes.current[key]?.state.appAccountToken
+            switch EntitlementTransition.apply(notification.verified, to: changes.current[key]?.state) {
             case .updated(let state):
-                record(state, at: key, cause: cause)
+                changes.record(state, at: key, cause: cause)
                 outcome.entitlementsUpdated += 1
                 // A switch to or from a bundle: the previous subscription's row stops granting access.
                 if let previous = state.previousOriginalTransactionId, previous != key.originalTransactionId {
                     let previousKey = EntitlementKey(environment: key.environment, bundleId: key.bundleId, originalTransactionId: previous)
-                    if let superseded = EntitlementTransition.supersede(current[previousKey]?.state, originalTransactionId: previous, by: state) {
-                        record(superseded, at: previousKey, cause: cause)
+                    if let superseded = EntitlementTransition.supersede(changes.current[previousKey]?.state, originalTransactionId: previous, by: state) {
+                        changes.record(superseded, at: previousKey, cause: cause)
                     }
                 }
             case .stale:
@@ -305,31 +351,23 @@ public struct EntitlementStore: Sendable {
                     claim, purchaseKey: notification.deduplicationKey, transaction: transaction, key: key, rowToken: tokenBefore, on: connection)
                 outcome.purchases += 1
                 if emitsEvents, applied.decision == .bound || applied.decision == .transferred {
-                    var row = current[key]
-                    let sequence = row.map { $0.eventSequence + 1 }
-                    let snapshot = row.map { $0.lastEventAfter ?? EntitlementSnapshot($0.state, at: cause.signedDate) }
-                    events.append(EntitlementEvent.transfer(
-                        environment: key.environment, bundleId: key.bundleId, originalTransactionId: key.originalTransactionId,
-                        productId: row?.state.productId ?? transaction.productId, appAccountToken: row?.state.appAccountToken ?? transaction.appAccountToken,
-                        appTransactionId: row?.state.appTransactionId ?? transaction.appTransactionId, from: applied.previousOwner, to: claim.customerId,
-                        sequence: sequence, snapshot: snapshot, cause: cause))
-                    if let sequence {
-                        row?.eventSequence = sequence
-                        row?.lastEventAfter = snapshot
-                        current[key] = row
-                        if !changedSet.contains(key) { sequenceOnly.insert(key) }
-                    }
+                    changes.recordTransfer(applied, of: claim, transaction: transaction, at: key, cause: cause)
                 }
             }
         }
-        // Written in key order, the order the rows were locked in (no deadlock between two workers' inserts).
-        let rows = try changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try current[key].map(Self.entitlementRow) }
+        try await writeEntitlements(changes, on: connection)
+        return changes.events
+    }
+
+    /// Each changed row's final state, in key order (the order the rows were locked in: no deadlock between two
+    /// workers' inserts); then the sequence of rows only a transfer moved.
+    func writeEntitlements(_ changes: EntitlementChanges, on connection: PostgresConnection) async throws {
+        let rows = try changes.changed.sorted(by: EntitlementKey.lockOrder).compactMap { key in try changes.current[key].map(Self.entitlementRow) }
         if !rows.isEmpty {
             try await connection.query(Self.entitlementStatement(rows), logger: logger)
         }
-        // A transfer of a row the batch did not otherwise change (a stale purchase): its sequence still moves.
-        for key in sequenceOnly.sorted(by: EntitlementKey.lockOrder) where !changedSet.contains(key) {
-            guard let row = current[key] else { continue }
+        for key in changes.sequenceOnly.sorted(by: EntitlementKey.lockOrder) where !changes.changedSet.contains(key) {
+            guard let row = changes.current[key] else { continue }
             let after = row.lastEventAfter.map { JSONValue.object($0.json).serialized }
             try await connection.query(
                 """
@@ -338,11 +376,6 @@ public struct EntitlementStore: Sendable {
                 """,
                 logger: logger)
         }
-        if !events.isEmpty {
-            try await connection.query(Self.outboxStatement(events), logger: logger)
-            outcome.events = events.count
-        }
-        return outcome
     }
 
     /// A locked entitlement row: its state, and the sequence and `after` of its last event.
@@ -799,5 +832,21 @@ extension String {
     /// Byte order, as PostgreSQL's `COLLATE "C"` sorts: the one order every worker locks and inserts rows in.
     static func precedesInByteOrder(_ a: String, _ b: String) -> Bool {
         a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+}
+
+/// The statement, lock and idle-in-transaction timeouts of one transaction, shared by the stores.
+enum StatementTimeouts {
+    static func apply(_ statementTimeout: Duration?, on connection: PostgresConnection, logger: Logger) async throws {
+        guard let statementTimeout else { return }
+        let milliseconds = max(1, Int(statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000))
+        let value = String(milliseconds)
+        // One statement (a prepared statement holds one command); `true`: local to this transaction, like SET LOCAL.
+        try await connection.query(
+            """
+            SELECT set_config('statement_timeout', \(value), true), set_config('lock_timeout', \(value), true),
+                set_config('idle_in_transaction_session_timeout', \(value), true)
+            """,
+            logger: logger)
     }
 }

@@ -52,7 +52,7 @@ public func buildWorkerServices(
     if configuration.events.enabled {
         let eventsProducer = try KafkaProducer(configuration: configuration.eventsProducerConfiguration, logger: logger)
         let relay = OutboxRelay(
-            configuration: configuration.events, store: store, producer: eventsProducer, metrics: EventsMetrics(registry: registry), logger: logger)
+            configuration: configuration.events, store: OutboxStore(client: postgres, logger: logger, statementTimeout: store.statementTimeout), producer: eventsProducer, metrics: EventsMetrics(registry: registry), logger: logger)
         relayServices = [eventsProducer, relay]
     }
     // Self-healing of rows that contradict Apple (only where an App Store Server API key is configured).

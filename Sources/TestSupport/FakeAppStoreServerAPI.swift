@@ -307,7 +307,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     func history(_ request: Request) async throws -> Response {
         if let refused = unauthorized(request) { return refused }
         let body = try await request.body.collect(upTo: 1 << 20)
-        guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), let query = try? NotificationHistoryRequest(json: object) else {
+        guard let object = try? StrictJSONParser().parseObject(Array(buffer: body)), let query = try? ModelDecodingError.decode(NotificationHistoryRequest.self, from: .object(object)) else {
             log(request, status: 400)
             return Self.appleError(.badRequest, 4_000_000, "Invalid request.")
         }

@@ -41,7 +41,7 @@ struct APIKeysCommand: AsyncParsableCommand {
             let (name, scope, bundleIds) = (name, scope, bundleId)
             try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                try await store.createAPIKey(id: key.id, name: name, secretSHA256: key.hash, scope: scope, bundleIds: bundleIds)
+                try await store.customers.createAPIKey(id: key.id, name: name, secretSHA256: key.hash, scope: scope, bundleIds: bundleIds)
             }
             if json {
                 printJSON(.object(JSONObject([
@@ -64,7 +64,7 @@ struct APIKeysCommand: AsyncParsableCommand {
         func run() async throws {
             let keys = try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                return try await store.apiKeys()
+                return try await store.customers.apiKeys()
             }
             func time(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
             if json {
@@ -95,7 +95,7 @@ struct APIKeysCommand: AsyncParsableCommand {
             let id = id
             let revoked = try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                return try await store.revokeAPIKey(id: id)
+                return try await store.customers.revokeAPIKey(id: id)
             }
             guard revoked else { throw ToolFailure("no active key \(UntrustedText.quoted(id))") }
             print("revoked \(id)")

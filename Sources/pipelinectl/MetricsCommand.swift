@@ -76,7 +76,7 @@ struct MetricsCommand: AsyncParsableCommand {
             for (index, piece) in pieces.enumerated() {
                 var part = query
                 (part.from, part.to) = piece
-                table.rows += try await store.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
+                table.rows += try await store.metrics.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
                 if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
             }
             return table
@@ -174,8 +174,8 @@ struct ProductsCommand: AsyncParsableCommand {
         func run() async throws {
             let entries = try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                try await store.refreshProductCatalog()
-                return try await store.productCatalog()
+                try await store.metrics.refreshProductCatalog()
+                return try await store.metrics.productCatalog()
             }
             if json {
                 printJSON(.array(entries.map { entry in
@@ -208,7 +208,7 @@ struct ProductsCommand: AsyncParsableCommand {
             let (productId, duration) = (productId, duration)
             try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                try await store.setProductDuration(productId: productId, duration: duration)
+                try await store.metrics.setProductDuration(productId: productId, duration: duration)
             }
             print("\(productId): \(duration) (manual)")
         }
@@ -221,7 +221,7 @@ struct ProductsCommand: AsyncParsableCommand {
         func run() async throws {
             let count = try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                return try await store.refreshProductCatalog()
+                return try await store.metrics.refreshProductCatalog()
             }
             print("\(count) product(s) observed")
         }
@@ -245,7 +245,7 @@ struct ExchangeRatesCommand: AsyncParsableCommand {
             let rates = try Self.parse(String(contentsOfFile: fromFile, encoding: .utf8))
             let count = try await connection.configuration().withStore(logger: toolLogger) { store in
                 try await requireMigrated(store)
-                return try await store.loadExchangeRates(rates)
+                return try await store.metrics.loadExchangeRates(rates)
             }
             print("loaded \(count) rate(s)")
         }

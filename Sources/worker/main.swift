@@ -1,7 +1,7 @@
 import NotificationWorker
 import ServiceRuntime
 
-// worker: read configuration, build, run (ServiceProcess). Logic lives in NotificationPipeline. A fatal consumer
+// worker: read configuration, build, run (ServiceProcess). Logic lives in NotificationWorker. A fatal consumer
 // error (or another service's failure) exits non-zero, so the orchestrator replaces the process.
 await ServiceProcess.run(name: "worker") { logger, registry in
     let configuration = try WorkerConfiguration.fromEnvironment()

@@ -61,7 +61,7 @@ struct APIKeysCommandTests {
 
         let stored = try await TestDatabase.with(database) { client in
             let store = EntitlementStore(client: client, logger: ingestTestLogger)
-            return try await store.apiKey(id: id)
+            return try await store.customers.apiKey(id: id)
         }
         #expect(stored.map { APIKeySecret.matches(key, stored: $0.secretSHA256) } == true, "the stored hash is the key's")
         let dump = try await TestDatabase.with(database) { client in

@@ -384,7 +384,9 @@ struct CustomerAPIProcessTests {
     @Test("a burst past a key's rate is 429 with Retry-After and the problem body; another key is not slowed; lastUsedAt is written")
     func rateLimits() async throws {
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
-        try await scene.startAPI(extra: ["CUSTOMER_API_RATE_LIMIT": "2", "CUSTOMER_API_RATE_BURST": "5"])
+        // One token every 10 s after a burst of 5: unless the 12 requests take over 20 s, at least 5 find the bucket
+        // empty (with 2 a second, a loaded machine's slow requests refilled it: 429s were timing, not the limit).
+        try await scene.startAPI(extra: ["CUSTOMER_API_RATE_LIMIT": "0.1", "CUSTOMER_API_RATE_BURST": "5"])
         let greedy = try await scene.key(scope: "read"), calm = try await scene.key(scope: "read")
         let path = "/v1/apps/\(scene.bundleId)/customers/\(UUID().uuidString.lowercased())"
         var statuses: [Int] = []

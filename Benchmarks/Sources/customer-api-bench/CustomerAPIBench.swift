@@ -80,7 +80,7 @@ struct CustomerAPIBench {
         let key = APIKeySecret.generate()
         let store = PostgresClient(configuration: try .init(url: databaseURL), backgroundLogger: logger)
         let storeRunning = Task { await store.run() }
-        try await EntitlementStore(client: store, logger: logger).createAPIKey(id: key.id, name: "bench", secretSHA256: key.hash, scope: "write", bundleIds: [])
+        try await CustomerStore(client: store, logger: logger).createAPIKey(id: key.id, name: "bench", secretSHA256: key.hash, scope: "write", bundleIds: [])
         storeRunning.cancel()
         let headers = ["Authorization": "Bearer " + key.text, "Content-Type": "application/json"]
 

@@ -1,7 +1,7 @@
 /// [NotificationHistoryRequest](https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryrequest):
 /// the body of Get Notification History. Dates are milliseconds since 1970; at most one of the type filter and
 /// `transactionId` (Apple answers 4000019 to both).
-public struct NotificationHistoryRequest: Sendable, Hashable {
+public struct NotificationHistoryRequest: Sendable, Hashable, Decodable {
     public var startDate: Int64
     public var endDate: Int64
     public var notificationType: String?
@@ -26,24 +26,14 @@ public struct NotificationHistoryRequest: Sendable, Hashable {
         if let onlyFailures { object["onlyFailures"] = .bool(onlyFailures) }
         return object
     }
-
-    /// Reads a request body (the fake API's side).
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: "NotificationHistoryRequest")
-        startDate = try reader.int64("startDate")
-        endDate = try reader.int64("endDate")
-        notificationType = try reader.optionalString("notificationType")
-        notificationSubtype = try reader.optionalString("notificationSubtype")
-        transactionId = try reader.optionalString("transactionId")
-        onlyFailures = try reader.optionalBool("onlyFailures")
-    }
 }
 
 /// [sendAttemptResult](https://developer.apple.com/documentation/appstoreserverapi/sendattemptresult): kept raw,
 /// so a value Apple adds later is carried, not refused.
-public struct SendAttemptResult: Sendable, Hashable, CustomStringConvertible {
+public struct SendAttemptResult: Sendable, Hashable, CustomStringConvertible, Decodable {
     public var rawValue: String
     public init(_ rawValue: String) { self.rawValue = rawValue }
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
     public var description: String { rawValue }
 
     public static let success = SendAttemptResult("SUCCESS")
@@ -66,19 +56,13 @@ public struct SendAttemptResult: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// [sendAttemptItem](https://developer.apple.com/documentation/appstoreserverapi/sendattemptitem)
-public struct SendAttemptItem: Sendable, Hashable {
+public struct SendAttemptItem: Sendable, Hashable, Decodable {
     public var attemptDate: Int64?
     public var sendAttemptResult: SendAttemptResult?
 
     public init(attemptDate: Int64?, sendAttemptResult: SendAttemptResult?) {
         self.attemptDate = attemptDate
         self.sendAttemptResult = sendAttemptResult
-    }
-
-    init(json object: JSONObject, path: String) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: path)
-        attemptDate = try reader.optionalInt64("attemptDate")
-        sendAttemptResult = try reader.optionalString("sendAttemptResult").map(SendAttemptResult.init)
     }
 
     public var json: JSONValue {
@@ -90,9 +74,17 @@ public struct SendAttemptItem: Sendable, Hashable {
 }
 
 /// [notificationHistoryResponseItem](https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryresponseitem)
-public struct NotificationHistoryResponseItem: Sendable, Hashable {
+public struct NotificationHistoryResponseItem: Sendable, Hashable, Decodable {
     public var signedPayload: String
     public var sendAttempts: [SendAttemptItem]
+
+    enum CodingKeys: String, CodingKey { case signedPayload, sendAttempts }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        signedPayload = try container.decode(String.self, forKey: .signedPayload)
+        sendAttempts = try container.decodeIfPresent([SendAttemptItem].self, forKey: .sendAttempts) ?? []
+    }
 
     public init(signedPayload: String, sendAttempts: [SendAttemptItem]) {
         self.signedPayload = signedPayload
@@ -110,7 +102,7 @@ public struct NotificationHistoryResponseItem: Sendable, Hashable {
 }
 
 /// [NotificationHistoryResponse](https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryresponse)
-public struct NotificationHistoryResponse: Sendable, Hashable {
+public struct NotificationHistoryResponse: Sendable, Hashable, Decodable {
     public var notificationHistory: [NotificationHistoryResponseItem]
     public var hasMore: Bool
     /// The token for the next page (present while `hasMore`).
@@ -122,28 +114,15 @@ public struct NotificationHistoryResponse: Sendable, Hashable {
         self.paginationToken = paginationToken
     }
 
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: "NotificationHistoryResponse")
-        var items: [NotificationHistoryResponseItem] = []
-        for (index, element) in try reader.array("notificationHistory").enumerated() {
-            let path = "notificationHistory[\(index)]"
-            guard case .object(let item) = element else { throw ModelDecodingError(path: path, reason: "is \(element.typeName), not an object") }
-            let itemReader = ModelReader(item, path: path)
-            let signedPayload = try itemReader.string("signedPayload")
-            var attempts: [SendAttemptItem] = []
-            for (attemptIndex, attempt) in try itemReader.optionalArray("sendAttempts").enumerated() {
-                guard case .object(let attemptObject) = attempt else {
-                    throw ModelDecodingError(path: "\(path).sendAttempts[\(attemptIndex)]", reason: "is \(attempt.typeName), not an object")
-                }
-                attempts.append(try SendAttemptItem(json: attemptObject, path: "\(path).sendAttempts[\(attemptIndex)]"))
-            }
-            items.append(NotificationHistoryResponseItem(signedPayload: signedPayload, sendAttempts: attempts))
-        }
-        notificationHistory = items
-        hasMore = try reader.optionalBool("hasMore") ?? false
-        paginationToken = try reader.optionalString("paginationToken")
+    enum CodingKeys: String, CodingKey { case notificationHistory, hasMore, paginationToken }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        notificationHistory = try container.decode([NotificationHistoryResponseItem].self, forKey: .notificationHistory)
+        hasMore = try container.decodeIfPresent(Bool.self, forKey: .hasMore) ?? false
+        paginationToken = try container.decodeIfPresent(String.self, forKey: .paginationToken)
         if hasMore, paginationToken?.isEmpty ?? true {
-            throw ModelDecodingError(path: "NotificationHistoryResponse.paginationToken", reason: "is missing although hasMore is true")
+            throw DecodingError.keyNotFound(CodingKeys.paginationToken, .init(codingPath: decoder.codingPath, debugDescription: "is missing although hasMore is true"))
         }
     }
 
@@ -155,18 +134,14 @@ public struct NotificationHistoryResponse: Sendable, Hashable {
 }
 
 /// [SendTestNotificationResponse](https://developer.apple.com/documentation/appstoreserverapi/sendtestnotificationresponse)
-public struct SendTestNotificationResponse: Sendable, Hashable {
+public struct SendTestNotificationResponse: Sendable, Hashable, Decodable {
     public var testNotificationToken: String
 
     public init(testNotificationToken: String) { self.testNotificationToken = testNotificationToken }
-
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        testNotificationToken = try ModelReader(object, path: "SendTestNotificationResponse").string("testNotificationToken")
-    }
 }
 
 /// [CheckTestNotificationResponse](https://developer.apple.com/documentation/appstoreserverapi/checktestnotificationresponse)
-public struct CheckTestNotificationResponse: Sendable, Hashable {
+public struct CheckTestNotificationResponse: Sendable, Hashable, Decodable {
     public var signedPayload: String?
     public var sendAttempts: [SendAttemptItem]
 
@@ -175,15 +150,12 @@ public struct CheckTestNotificationResponse: Sendable, Hashable {
         self.sendAttempts = sendAttempts
     }
 
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: "CheckTestNotificationResponse")
-        signedPayload = try reader.optionalString("signedPayload")
-        var attempts: [SendAttemptItem] = []
-        for (index, attempt) in try reader.optionalArray("sendAttempts").enumerated() {
-            guard case .object(let attemptObject) = attempt else { throw ModelDecodingError(path: "sendAttempts[\(index)]", reason: "is \(attempt.typeName), not an object") }
-            attempts.append(try SendAttemptItem(json: attemptObject, path: "sendAttempts[\(index)]"))
-        }
-        sendAttempts = attempts
+    enum CodingKeys: String, CodingKey { case signedPayload, sendAttempts }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        signedPayload = try container.decodeIfPresent(String.self, forKey: .signedPayload)
+        sendAttempts = try container.decodeIfPresent([SendAttemptItem].self, forKey: .sendAttempts) ?? []
     }
 
     public var json: JSONObject {
@@ -205,64 +177,32 @@ public struct ModelDecodingError: Error, Sendable, CustomStringConvertible {
     public var description: String { "\(path) \(reason)" }
 }
 
-/// Typed reads from a JSON object, each failure naming the field. Unknown fields are ignored (kept by the caller
-/// where it keeps raw data), so Apple adding one never breaks a run.
-struct ModelReader {
-    let object: JSONObject
-    let path: String
-
-    init(_ object: JSONObject, path: String) {
-        self.object = object
-        self.path = path
-    }
-
-    func fail(_ key: String, _ reason: String) -> ModelDecodingError { ModelDecodingError(path: "\(path).\(key)", reason: reason) }
-
-    func string(_ key: String) throws(ModelDecodingError) -> String {
-        guard let value = try optionalString(key) else { throw fail(key, "is missing") }
-        return value
-    }
-
-    func optionalString(_ key: String) throws(ModelDecodingError) -> String? {
-        switch object[key] {
-        case nil, .null?: return nil
-        case .string(let value)?: return value
-        case let other?: throw fail(key, "is \(other.typeName), not a string")
+extension ModelDecodingError {
+    /// Decodes one of Apple's answers with the strict decoder the verifier uses (no coercion between JSON types);
+    /// a failure names the field by its path in the answer (`NotificationHistoryResponse.notificationHistory[0].signedPayload is missing`).
+    public static func decode<T: Decodable>(_ type: T.Type, from value: JSONValue) throws(ModelDecodingError) -> T {
+        do {
+            return try JSONValueDecoder().decode(type, from: value)
+        } catch let error as DecodingError {
+            throw ModelDecodingError(error, root: String(describing: type))
+        } catch {
+            throw ModelDecodingError(path: String(describing: type), reason: "\(error)")
         }
     }
 
-    func int64(_ key: String) throws(ModelDecodingError) -> Int64 {
-        guard let value = try optionalInt64(key) else { throw fail(key, "is missing") }
-        return value
-    }
-
-    func optionalInt64(_ key: String) throws(ModelDecodingError) -> Int64? {
-        switch object[key] {
-        case nil, .null?: return nil
-        case .number(let number)?:
-            guard let value = number.int64Value else { throw fail(key, "is \(number.literal), not a whole number") }
-            return value
-        case let other?: throw fail(key, "is \(other.typeName), not a number")
+    init(_ error: DecodingError, root: String) {
+        func path(_ keys: [any CodingKey]) -> String {
+            keys.reduce(root) { text, key in key.intValue.map { text + "[\($0)]" } ?? text + "." + key.stringValue }
         }
-    }
-
-    func optionalBool(_ key: String) throws(ModelDecodingError) -> Bool? {
-        switch object[key] {
-        case nil, .null?: return nil
-        case .bool(let value)?: return value
-        case let other?: throw fail(key, "is \(other.typeName), not a boolean")
+        switch error {
+        case .keyNotFound(let key, let context):
+            self.init(path: path(context.codingPath + [key]), reason: context.debugDescription.hasPrefix("is ") ? context.debugDescription : "is missing")
+        case .valueNotFound(_, let context):
+            self.init(path: path(context.codingPath), reason: "is null")
+        case .typeMismatch(_, let context), .dataCorrupted(let context):
+            self.init(path: path(context.codingPath), reason: "is not what Apple documents: \(context.debugDescription)")
+        @unknown default:
+            self.init(path: root, reason: "\(error)")
         }
-    }
-
-    func array(_ key: String) throws(ModelDecodingError) -> [JSONValue] {
-        switch object[key] {
-        case nil, .null?: throw fail(key, "is missing")
-        case .array(let values)?: return values
-        case let other?: throw fail(key, "is \(other.typeName), not an array")
-        }
-    }
-
-    func optionalArray(_ key: String) throws(ModelDecodingError) -> [JSONValue] {
-        object[key] == nil || object[key] == .null ? [] : try array(key)
     }
 }

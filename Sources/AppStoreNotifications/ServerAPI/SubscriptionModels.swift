@@ -1,7 +1,7 @@
 /// [lastTransactionsItem](https://developer.apple.com/documentation/appstoreserverapi/lasttransactionsitem):
 /// a subscription's status (kept raw: a value Apple adds later is carried) and its latest signed transaction and
 /// renewal info.
-public struct LastTransactionsItem: Sendable, Hashable {
+public struct LastTransactionsItem: Sendable, Hashable, Decodable {
     public var status: Int32?
     public var originalTransactionId: String?
     public var signedTransactionInfo: String?
@@ -9,42 +9,35 @@ public struct LastTransactionsItem: Sendable, Hashable {
 }
 
 /// [SubscriptionGroupIdentifierItem](https://developer.apple.com/documentation/appstoreserverapi/subscriptiongroupidentifieritem)
-public struct SubscriptionGroupIdentifierItem: Sendable, Hashable {
+public struct SubscriptionGroupIdentifierItem: Sendable, Hashable, Decodable {
     public var subscriptionGroupIdentifier: String?
     public var lastTransactions: [LastTransactionsItem]
+
+    enum CodingKeys: String, CodingKey { case subscriptionGroupIdentifier, lastTransactions }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        subscriptionGroupIdentifier = try container.decodeIfPresent(String.self, forKey: .subscriptionGroupIdentifier)
+        lastTransactions = try container.decodeIfPresent([LastTransactionsItem].self, forKey: .lastTransactions) ?? []
+    }
 }
 
 /// [StatusResponse](https://developer.apple.com/documentation/appstoreserverapi/statusresponse): Get All
 /// Subscription Statuses, grouped by subscription group.
-public struct StatusResponse: Sendable, Hashable {
+public struct StatusResponse: Sendable, Hashable, Decodable {
     public var environment: String?
     public var bundleId: String?
     public var appAppleId: Int64?
     public var data: [SubscriptionGroupIdentifierItem]
 
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: "StatusResponse")
-        environment = try reader.optionalString("environment")
-        bundleId = try reader.optionalString("bundleId")
-        appAppleId = try reader.optionalInt64("appAppleId")
-        var groups: [SubscriptionGroupIdentifierItem] = []
-        for (index, element) in try reader.optionalArray("data").enumerated() {
-            let path = "StatusResponse.data[\(index)]"
-            guard case .object(let group) = element else { throw ModelDecodingError(path: path, reason: "is \(element.typeName), not an object") }
-            let groupReader = ModelReader(group, path: path)
-            var items: [LastTransactionsItem] = []
-            for (itemIndex, itemValue) in try groupReader.optionalArray("lastTransactions").enumerated() {
-                let itemPath = "\(path).lastTransactions[\(itemIndex)]"
-                guard case .object(let item) = itemValue else { throw ModelDecodingError(path: itemPath, reason: "is \(itemValue.typeName), not an object") }
-                let itemReader = ModelReader(item, path: itemPath)
-                let status = try itemReader.optionalInt64("status")
-                items.append(LastTransactionsItem(
-                    status: status.flatMap { Int32(exactly: $0) }, originalTransactionId: try itemReader.optionalString("originalTransactionId"),
-                    signedTransactionInfo: try itemReader.optionalString("signedTransactionInfo"), signedRenewalInfo: try itemReader.optionalString("signedRenewalInfo")))
-            }
-            groups.append(SubscriptionGroupIdentifierItem(subscriptionGroupIdentifier: try groupReader.optionalString("subscriptionGroupIdentifier"), lastTransactions: items))
-        }
-        data = groups
+    enum CodingKeys: String, CodingKey { case environment, bundleId, appAppleId, data }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        environment = try container.decodeIfPresent(String.self, forKey: .environment)
+        bundleId = try container.decodeIfPresent(String.self, forKey: .bundleId)
+        appAppleId = try container.decodeIfPresent(Int64.self, forKey: .appAppleId)
+        data = try container.decodeIfPresent([SubscriptionGroupIdentifierItem].self, forKey: .data) ?? []
     }
 
     /// Every subscription in it as the document the workers verify (items without a signed transaction or
@@ -63,7 +56,7 @@ public struct StatusResponse: Sendable, Hashable {
 
 /// [HistoryResponse](https://developer.apple.com/documentation/appstoreserverapi/historyresponse): one page of
 /// Get Transaction History v2.
-public struct HistoryResponse: Sendable, Hashable {
+public struct HistoryResponse: Sendable, Hashable, Decodable {
     /// The token for the next page, and (stored per customer) for asking only for what changed since.
     public var revision: String?
     public var hasMore: Bool
@@ -72,20 +65,19 @@ public struct HistoryResponse: Sendable, Hashable {
     public var environment: String?
     public var signedTransactions: [String]
 
-    public init(json object: JSONObject) throws(ModelDecodingError) {
-        let reader = ModelReader(object, path: "HistoryResponse")
-        revision = try reader.optionalString("revision")
-        hasMore = try reader.optionalBool("hasMore") ?? false
-        bundleId = try reader.optionalString("bundleId")
-        appAppleId = try reader.optionalInt64("appAppleId")
-        environment = try reader.optionalString("environment")
-        var transactions: [String] = []
-        for (index, value) in try reader.optionalArray("signedTransactions").enumerated() {
-            guard case .string(let signed) = value else { throw ModelDecodingError(path: "HistoryResponse.signedTransactions[\(index)]", reason: "is \(value.typeName), not a string") }
-            transactions.append(signed)
+    enum CodingKeys: String, CodingKey { case revision, hasMore, bundleId, appAppleId, environment, signedTransactions }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        revision = try container.decodeIfPresent(String.self, forKey: .revision)
+        hasMore = try container.decodeIfPresent(Bool.self, forKey: .hasMore) ?? false
+        bundleId = try container.decodeIfPresent(String.self, forKey: .bundleId)
+        appAppleId = try container.decodeIfPresent(Int64.self, forKey: .appAppleId)
+        environment = try container.decodeIfPresent(String.self, forKey: .environment)
+        signedTransactions = try container.decodeIfPresent([String].self, forKey: .signedTransactions) ?? []
+        if hasMore, revision?.isEmpty ?? true {
+            throw DecodingError.keyNotFound(CodingKeys.revision, .init(codingPath: decoder.codingPath, debugDescription: "is missing although hasMore is true"))
         }
-        signedTransactions = transactions
-        if hasMore, revision?.isEmpty ?? true { throw ModelDecodingError(path: "HistoryResponse.revision", reason: "is missing although hasMore is true") }
     }
 }
 

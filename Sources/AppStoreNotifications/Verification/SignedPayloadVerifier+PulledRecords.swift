@@ -17,7 +17,7 @@ public enum PulledRecordKind: String, Sendable, CaseIterable {
 /// A status snapshot as produced to the topic: the statuses response's identity fields, the subscription group,
 /// and one `lastTransactions` item, unchanged. Only the JWSs in it are signed; the identity is checked against the
 /// configured apps and bound to the JWSs like a notification's.
-public struct StatusSnapshotDocument: Sendable, Hashable {
+public struct StatusSnapshotDocument: Sendable, Hashable, Decodable {
     /// The synthetic notificationType under which a snapshot is archived and shown as an entitlement's last event.
     public static let notificationType = "STATUS_SNAPSHOT"
 
@@ -64,37 +64,25 @@ public struct StatusSnapshotDocument: Sendable, Hashable {
         return object
     }
 
+    enum CodingKeys: String, CodingKey {
+        case environment, bundleId, appAppleId, subscriptionGroupIdentifier, status, originalTransactionId, signedTransactionInfo, signedRenewalInfo
+    }
+
+    /// The record's JSON, through the strict decoder (`Decodable` below); a failure is `malformedPayload` naming the field.
     public init(json object: JSONObject) throws(VerificationError) {
-        func string(_ key: String) throws(VerificationError) -> String? {
-            switch object[key] {
-            case nil, .null?: return nil
-            case .string(let value)?: return value
-            case let other?: throw .malformedPayload("the status snapshot's \(key) is \(other.typeName), not a string")
-            }
-        }
-        func integer(_ key: String) throws(VerificationError) -> Int64? {
-            switch object[key] {
-            case nil, .null?: return nil
-            case .number(let number)?:
-                guard let value = number.int64Value else { throw .malformedPayload("the status snapshot's \(key) is \(number.literal), not a whole number") }
-                return value
-            case let other?: throw .malformedPayload("the status snapshot's \(key) is \(other.typeName), not a number")
-            }
-        }
-        func required<T>(_ value: T?, _ key: String) throws(VerificationError) -> T {
-            guard let value else { throw .malformedPayload("the status snapshot has no \(key)") }
-            return value
-        }
-        environment = try required(try string("environment"), "environment")
-        bundleId = try required(try string("bundleId"), "bundleId")
-        appAppleId = try integer("appAppleId")
-        subscriptionGroupIdentifier = try string("subscriptionGroupIdentifier")
-        let rawStatus = try required(try integer("status"), "status")
-        guard let status = Int32(exactly: rawStatus) else { throw .malformedPayload("the status snapshot's status \(rawStatus) is out of range") }
-        self.status = status
-        originalTransactionId = try required(try string("originalTransactionId"), "originalTransactionId")
-        signedTransactionInfo = try required(try string("signedTransactionInfo"), "signedTransactionInfo")
-        signedRenewalInfo = try string("signedRenewalInfo")
+        self = try VerificationError.decodeRecord(Self.self, from: object, named: "the status snapshot")
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        environment = try container.decode(String.self, forKey: .environment)
+        bundleId = try container.decode(String.self, forKey: .bundleId)
+        appAppleId = try container.decodeIfPresent(Int64.self, forKey: .appAppleId)
+        subscriptionGroupIdentifier = try container.decodeIfPresent(String.self, forKey: .subscriptionGroupIdentifier)
+        status = try container.decode(Int32.self, forKey: .status)
+        originalTransactionId = try container.decode(String.self, forKey: .originalTransactionId)
+        signedTransactionInfo = try container.decode(String.self, forKey: .signedTransactionInfo)
+        signedRenewalInfo = try container.decodeIfPresent(String.self, forKey: .signedRenewalInfo)
     }
 }
 
@@ -192,5 +180,30 @@ extension SignedPayloadVerifier {
 public enum ContentDigest {
     public static func sha256Hex(_ text: String) -> String {
         Hex.encode(Array(SHA256.hash(data: Array(text.utf8))))
+    }
+}
+
+extension VerificationError {
+    /// Decodes one of our own record documents (a status snapshot, a purchase) with the strict decoder every model
+    /// goes through; a failure is `malformedPayload` naming the field (`the purchase's customerId is missing`).
+    static func decodeRecord<T: Decodable>(_ type: T.Type, from object: JSONObject, named name: String) throws(VerificationError) -> T {
+        do {
+            return try JSONValueDecoder().decode(type, from: .object(object))
+        } catch let error as VerificationError {
+            throw error
+        } catch let error as DecodingError {
+            let field: String
+            let reason: String
+            switch error {
+            case .keyNotFound(let key, _): (field, reason) = (key.stringValue, "is missing")
+            case .valueNotFound(_, let context): (field, reason) = (context.codingPath.last?.stringValue ?? "?", "is null")
+            case .typeMismatch(_, let context), .dataCorrupted(let context):
+                (field, reason) = (context.codingPath.last?.stringValue ?? "?", "is not valid: \(context.debugDescription)")
+            @unknown default: (field, reason) = ("?", "\(error)")
+            }
+            throw .malformedPayload("\(name)'s \(field) \(reason)")
+        } catch {
+            throw .malformedPayload("\(name) is not valid: \(error)")
+        }
     }
 }

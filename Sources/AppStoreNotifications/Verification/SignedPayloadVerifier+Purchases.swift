@@ -16,7 +16,7 @@ public struct PurchaseClaim: Sendable, Hashable {
 /// A purchase as the customer API produces it to the notifications topic (record kind `purchase`): the JWS
 /// StoreKit gave the app (`jwsRepresentation`), optionally the renewal info, the customer and the policy.
 /// Only the JWSs are signed: the worker verifies them again, exactly as the API did.
-public struct PurchaseRecordDocument: Sendable, Hashable {
+public struct PurchaseRecordDocument: Sendable, Hashable, Decodable {
     /// The synthetic notificationType under which a purchase is archived and shown as an entitlement's last event.
     public static let notificationType = EntitlementEventCause.purchaseType
 
@@ -53,27 +53,26 @@ public struct PurchaseRecordDocument: Sendable, Hashable {
         return object
     }
 
+    enum CodingKeys: String, CodingKey { case bundleId, customerId, ownershipPolicy, signedTransaction, signedRenewalInfo }
+
+    /// The record's JSON, through the strict decoder (`Decodable` below); a failure is `malformedPayload` naming the field.
     public init(json object: JSONObject) throws(VerificationError) {
-        func string(_ key: String) throws(VerificationError) -> String? {
-            switch object[key] {
-            case nil, .null?: return nil
-            case .string(let value)?: return value
-            case let other?: throw .malformedPayload("the purchase's \(key) is \(other.typeName), not a string")
-            }
+        self = try VerificationError.decodeRecord(Self.self, from: object, named: "the purchase")
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        bundleId = try container.decode(String.self, forKey: .bundleId)
+        guard let customer = CustomerId.canonical(try container.decode(String.self, forKey: .customerId)) else {
+            throw VerificationError.malformedPayload("the purchase's customerId is not a UUID")
         }
-        func required(_ key: String) throws(VerificationError) -> String {
-            guard let value = try string(key) else { throw .malformedPayload("the purchase has no \(key)") }
-            return value
-        }
-        bundleId = try required("bundleId")
-        guard let customer = CustomerId.canonical(try required("customerId")) else { throw .malformedPayload("the purchase's customerId is not a UUID") }
-        let rawPolicy = try required("ownershipPolicy")
+        let rawPolicy = try container.decode(String.self, forKey: .ownershipPolicy)
         guard let policy = OwnershipPolicy(rawValue: rawPolicy) else {
-            throw .malformedPayload("the purchase's ownershipPolicy \(UntrustedText.quoted(rawPolicy, limit: 40)) is not one this version knows")
+            throw VerificationError.malformedPayload("the purchase's ownershipPolicy \(UntrustedText.quoted(rawPolicy, limit: 40)) is not one this version knows")
         }
         claim = PurchaseClaim(customerId: customer, policy: policy)
-        signedTransaction = try required("signedTransaction")
-        signedRenewalInfo = try string("signedRenewalInfo")
+        signedTransaction = try container.decode(String.self, forKey: .signedTransaction)
+        signedRenewalInfo = try container.decodeIfPresent(String.self, forKey: .signedRenewalInfo)
     }
 }
 

@@ -51,7 +51,7 @@ public struct CustomerTransactionRow: Sendable, Hashable {
 /// The reads behind the customer API. Ownership is `customer_ownership`'s when it has a row, else Apple's
 /// `appAccountToken` (compared in lower case); family-shared rows (which never carry a token) belong to the customer
 /// whose own rows share their `app_transaction_id` (Apple's id of one Apple Account's download of the app).
-extension EntitlementStore {
+extension CustomerStore {
     private static let subscriptionColumns = """
         e.original_transaction_id, e.environment, e.product_id, e.subscription_group_id, e.status, e.is_active, e.expires_at, e.auto_renew_status,
         e.auto_renew_product_id, e.grace_period_expires_at, e.billing_issue_since, e.revocation_date, e.ownership_type,

@@ -145,7 +145,7 @@ public struct ExchangeRate: Sendable, Hashable {
     }
 }
 
-extension EntitlementStore {
+extension MetricsStore {
     /// Computes `metric` over `query` in one transaction with a statement timeout, after refreshing the product
     /// catalog from the transactions observed so far (manual durations are kept) unless `refreshCatalog` is false
     /// (a caller asking for several pieces of one range refreshes once). `work_mem` is raised for the transaction

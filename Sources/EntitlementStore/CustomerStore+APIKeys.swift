@@ -16,7 +16,7 @@ public struct APIKeyRecord: Sendable, Hashable {
     public var lastUsedAt: Date?
 }
 
-extension EntitlementStore {
+extension CustomerStore {
     public func createAPIKey(id: String, name: String, secretSHA256: [UInt8], scope: String, bundleIds: [String]) async throws {
         try await client.query(
             """

@@ -1,0 +1,17 @@
+import Logging
+import PostgresNIO
+
+/// The events relay's queries: one relay round under the election lock, the oldest unpublished age, pruning.
+/// The worker writes the outbox rows in its batch transaction (`EntitlementStore`).
+public struct OutboxStore: Sendable {
+    public let client: PostgresClient
+    let logger: Logger
+    /// Bounds every statement of a relay round (`EntitlementStore.statementTimeout`'s rule).
+    public let statementTimeout: Duration?
+
+    public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil) {
+        self.client = client
+        self.logger = logger
+        self.statementTimeout = statementTimeout
+    }
+}
