@@ -286,24 +286,38 @@ let package = Package(
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
         // MARK: - Tests
+        // What the process tests share: scenes (a broker topic, a database, worker and pipelinectl processes), the fake
+        // Apple's fixture, the suite gates. A library only tests link; never a product's dependency.
+        .target(
+            name: "PipelineTestSupport",
+            dependencies: [
+                "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents", "EntitlementStore", "KafkaClient",
+                "NotificationIngest", "NotificationWorker", "PipelineOperations", "ServiceRuntime", "Webhooks", "TestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
+        ),
         .testTarget(
             name: "AppStoreNotificationsTests",
             dependencies: ["AppStoreNotifications", "TestSupport"]
         ),
         .testTarget(
-            name: "NotificationPipelineTests",
-            dependencies: ["AppStorePull", "NotificationIngest", "NotificationWorker", "PipelineOperations", "ServiceRuntime", "CustomerAPI", "Webhooks", "EntitlementEvents", "KafkaClient", "TestSupport", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", .product(name: "PostgresNIO", package: "postgres-nio")]
-        ),
-        .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", "PipelineTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "KafkaClientTests",
-            dependencies: ["KafkaClient", "TestSupport", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["KafkaClient", "TestSupport", "PipelineTestSupport", .product(name: "Logging", package: "swift-log")]
         ),
     ]
 )
+
+// A test target per service and feature module (Tests/<Module>Tests), and the end-to-end one: each links the shared
+// test library, which brings every module a process test drives.
+for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "EndToEndTests"] {
+    let module = String(name.dropLast("Tests".count))
+    let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
+    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]))
+}
 
 // One place turns on the language features every target builds with.
 for target in package.targets where target.type != .system {

@@ -61,6 +61,7 @@ let package = Package(
             name: "kafka-bench",
             dependencies: [
                 .product(name: "KafkaClient", package: "appstore-notification-pipeline"),
+                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

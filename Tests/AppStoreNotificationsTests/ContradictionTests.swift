@@ -13,10 +13,8 @@ struct ContradictionTests {
     static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
 
     init() throws {
-        let authority = try TestCertificateAuthority()
-        minter = NotificationMinter(chain: try authority.issueChain())
-        verifier = try SignedPayloadVerifier(
-            configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
+        let minted = try MintedVerification()
+        (minter, verifier) = (minted.minter, minted.verifier)
     }
 
     static func at(_ days: Int64) -> Timestamp { Timestamp(millisecondsSince1970: start + days * day) }

@@ -12,10 +12,8 @@ struct EntitlementTransitionTests {
     static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
 
     init() throws {
-        authority = try TestCertificateAuthority()
-        minter = NotificationMinter(chain: try authority.issueChain())
-        verifier = try SignedPayloadVerifier(
-            configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
+        let minted = try MintedVerification()
+        (authority, minter, verifier) = (minted.authority, minted.minter, minted.verifier)
     }
 
     /// One event of subscription 42 at `day` days after `start`.

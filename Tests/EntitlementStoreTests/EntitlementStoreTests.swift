@@ -5,8 +5,9 @@ import Logging
 import PostgresNIO
 import TestSupport
 import Testing
+import PipelineTestSupport
 
-@Suite("Entitlement store against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
+@Suite("Entitlement store against a real PostgreSQL", .serialized, .requiresPostgres)
 struct EntitlementStoreTests {
     static let logger: Logger = {
         var logger = Logger(label: "store-tests")
@@ -26,10 +27,8 @@ struct EntitlementStoreTests {
     let verifier: SignedPayloadVerifier
 
     init() throws {
-        authority = try TestCertificateAuthority()
-        minter = NotificationMinter(chain: try authority.issueChain())
-        verifier = try SignedPayloadVerifier(
-            configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
+        let minted = try MintedVerification()
+        (authority, minter, verifier) = (minted.authority, minted.minter, minted.verifier)
     }
 
     func notification(_ type: String, _ subtype: String? = nil, day: Int64, status: Int32 = 1) async throws -> StoredNotification {

@@ -5,6 +5,7 @@ import Logging
 import PostgresNIO
 import TestSupport
 import Testing
+import PipelineTestSupport
 
 /// A book of minted subscriptions (January to April 2026) whose every metric was computed by hand from the
 /// definitions in docs/metrics.md (RevenueCat's), stored through the worker's own batch path, in order and shuffled.
@@ -26,7 +27,7 @@ import Testing
 /// - S14 EUR 9.49 (storefront DEU) Feb 14, renews Mar 14, Apr 14; EUR→USD 1.10 from Jan 1, 1.20 from Mar 1.
 /// - S15 GBP 7.99 Apr 20 (no GBP rate: left out of money sums, counted as unconverted).
 /// - S16 Sandbox, paid Jan 5 (must never show in Production figures).
-@Suite("Subscription metrics against a real PostgreSQL", .serialized, .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)))
+@Suite("Subscription metrics against a real PostgreSQL", .serialized, .requiresPostgres)
 struct SubscriptionMetricsTests {
     static let logger: Logger = {
         var logger = Logger(label: "metrics-tests")

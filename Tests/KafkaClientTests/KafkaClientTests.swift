@@ -2,8 +2,9 @@ import Foundation
 @_spi(Testing) import KafkaClient
 import TestSupport
 import Testing
+import PipelineTestSupport
 
-@Suite("Kafka client against a real broker", .serialized, .enabled(if: TestServices.runKafkaSuites, Comment(rawValue: TestServices.missingKafka)))
+@Suite("Kafka client against a real broker", .serialized, .requiresKafka)
 struct KafkaClientTests {
     @Test("produce and consume with keys, headers and timestamps")
     func produceAndConsume() async throws {

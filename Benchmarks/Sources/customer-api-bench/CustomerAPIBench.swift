@@ -23,11 +23,7 @@ import Glibc
 @main
 struct CustomerAPIBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments
-        guard arguments.count >= 3 else {
-            print("usage: customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES] [READS] [BACKGROUND_PER_SECOND]")
-            exit(2)
-        }
+        let arguments = BenchArguments(usage: "customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES] [READS] [BACKGROUND_PER_SECOND]", required: 2)
         let bootstrap = arguments[1], postgresURL = arguments[2]
         let purchases = arguments.count > 3 ? Int(arguments[3]) ?? 200 : 200
         let reads = arguments.count > 4 ? Int(arguments[4]) ?? 4_000 : 4_000

@@ -13,11 +13,7 @@ import Glibc
 @main
 struct IngestBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments
-        guard arguments.count >= 2 else {
-            print("usage: ingest-bench BOOTSTRAP [REQUESTS_PER_LEVEL]")
-            exit(2)
-        }
+        let arguments = BenchArguments(usage: "ingest-bench BOOTSTRAP [REQUESTS_PER_LEVEL]", required: 1)
         let bootstrap = arguments[1]
         let count = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
         let binary = ChildProcess.pipelineBinary("ingest")

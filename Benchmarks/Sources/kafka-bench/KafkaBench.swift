@@ -1,6 +1,7 @@
 import Foundation
 import KafkaClient
 import Logging
+import TestSupport
 
 /// Produce and consume throughput of our librdkafka wrapper next to kcat (plain librdkafka) on the same broker,
 /// same message sizes and same producer settings (acks=all, idempotent), measured in the same run.
@@ -10,11 +11,7 @@ import Logging
 @main
 struct KafkaBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments
-        guard arguments.count >= 2 else {
-            print("usage: kafka-bench BOOTSTRAP [COUNT_1KB] [COUNT_18KB]")
-            exit(2)
-        }
+        let arguments = BenchArguments(usage: "kafka-bench BOOTSTRAP [COUNT_1KB] [COUNT_18KB]", required: 1)
         let bootstrap = arguments[1]
         let small = arguments.count > 2 ? Int(arguments[2]) ?? 50_000 : 50_000
         let large = arguments.count > 3 ? Int(arguments[3]) ?? 5_000 : 5_000

@@ -23,11 +23,7 @@ import Glibc
 @main
 struct WorkerBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments
-        guard arguments.count >= 3 else {
-            print("usage: worker-bench BOOTSTRAP POSTGRES_URL [N]")
-            exit(2)
-        }
+        let arguments = BenchArguments(usage: "worker-bench BOOTSTRAP POSTGRES_URL [N]", required: 2)
         let bootstrap = arguments[1]
         let postgresURL = arguments[2]
         let total = arguments.count > 3 ? Int(arguments[3]) ?? 100_000 : 100_000

@@ -1,0 +1,130 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import Foundation
+import KafkaClient
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
+import PostgresNIO
+import TestSupport
+import Testing
+
+public final class BackfillScene: @unchecked Sendable {
+    public let fixture: WorkerProcessFixture
+    public let apple: FakeAppleFixture
+    public let database: String
+    public let keyFile: String
+    public var ingest: RunningIngest?
+    public var workers: [Process] = []
+    public var opsPorts: [Int] = []
+    public let group = TestServices.uniqueName("backfill")
+
+    /// `workerHeals`: the worker gets the `APPSTORE_*` key of the fake Apple (and a fast `HEAL_INTERVAL_MS`), so
+    /// it heals contradicted rows by itself.
+    public init(bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true, workerHeals: Bool = false) async throws {
+        fixture = try other.map { try WorkerProcessFixture(bootstrap: bootstrap, sharing: $0) } ?? WorkerProcessFixture(bootstrap: bootstrap)
+        try await fixture.createTopics(partitions: 3)
+        database = try await TestDatabase.create("b" + UUID().uuidString.prefix(8).lowercased(), on: postgresURL)
+        apple = try await FakeAppleFixture(minter: fixture.minter)
+        keyFile = try apple.writeKey(to: fixture.directory)
+        if withWorker {
+            let heal = workerHeals ? apple.environment(keyFile: keyFile).merging(["HEAL_INTERVAL_MS": "200", "HEAL_RETRY_AFTER_MS": "2000", "APPSTORE_RATE_LIMIT_STATUSES": "100"]) { _, new in new } : [:]
+            let (worker, port) = try await fixture.startWorker(group: group, postgresURL: database, extra: heal)
+            workers.append(worker)
+            opsPorts.append(port)
+        } else {
+            let migrate = try await run(["migrate"])
+            #expect(migrate.status == 0, "pipelinectl migrate: \(migrate.output)")
+        }
+    }
+
+    public func startIngest() async throws {
+        let ingest = try await RunningIngest.start(bootstrap: fixture.bootstrap, topic: fixture.topic)
+        // Ready as a deployment would be before taking traffic: its producer has reached the broker (the first send
+        // would otherwise also pay for the connection and the metadata: ≈0.5 s here).
+        var reachable = false
+        for _ in 0..<30 where !reachable { reachable = await ingest.producer.checkBrokerReachable() }
+        #expect(reachable, "ingest's producer did not reach the broker")
+        self.ingest = ingest
+        apple.fake.setIngestURL("http://127.0.0.1:\(ingest.port)/v2/notifications")
+    }
+
+    /// "Apple" sends `signedPayload` until ingest answers 200, at most four times: a loaded machine may answer
+    /// later than the fake's 10 s, and Apple retries (on its own schedule; here at once). Each attempt is recorded.
+    public func deliver(_ signedPayload: String) async -> SendAttemptResult {
+        var result = await apple.fake.send(signedPayload)
+        for _ in 0..<3 where result != .success { result = await apple.fake.send(signedPayload) }
+        return result
+    }
+
+    public func stopIngest() async throws {
+        try await ingest?.stop()
+        ingest = nil
+    }
+
+    public var environment: [String: String] {
+        var environment = apple.environment(keyFile: keyFile)
+        environment["KAFKA_BOOTSTRAP_SERVERS"] = fixture.bootstrap
+        environment["POSTGRES_URL"] = database
+        environment["NOTIFICATIONS_TOPIC"] = fixture.topic
+        return environment
+    }
+
+    /// Starts `pipelinectl arguments` with the scene's environment (plus `extra`); stdout and stderr to one file.
+    public func start(_ arguments: [String], extra: [String: String] = [:]) throws -> (Process, String) {
+        let outputFile = fixture.directory + "/pipelinectl-\(UUID().uuidString).out"
+        _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
+        let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
+        let process = Process()
+        process.executableURL = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl")
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment.merging(extra) { _, new in new }) { _, new in new }
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        try? output.close()
+        return (process, outputFile)
+    }
+
+    public func run(_ arguments: [String], extra: [String: String] = [:], timeout: Duration = .seconds(120)) async throws -> (status: Int32, output: String) {
+        let (process, outputFile) = try start(arguments, extra: extra)
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+        if process.isRunning { await ChildProcess.kill(process) }
+        return (process.terminationStatus, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+    }
+
+    /// The JSON summary line of `pipelinectl backfill --json` in `output`.
+    public func summary(_ output: String) -> JSONObject? {
+        output.split(separator: "\n").reversed().lazy.compactMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.first
+    }
+
+    public func query<T: Sendable>(_ sql: String, as type: T.Type) async throws -> [T] where T: PostgresDecodable {
+        try await TestDatabase.with(database) { client in
+            var values: [T] = []
+            for try await value in try await client.query(PostgresQuery(unsafeSQL: sql), logger: ingestTestLogger).decode(T.self) { values.append(value) }
+            return values
+        }
+    }
+
+    /// The archive, transactions and entitlements, without what differs between runs by design: storage and
+    /// receipt times, Kafka positions and the source, and each row's event bookkeeping (an outage's backfill
+    /// delivers the missed notifications after later ones, so fewer of them make events).
+    public func digest() async throws -> [String] {
+        try await query(
+            """
+            SELECT (SELECT count(*)::int FROM notification_ledger)::text UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at' - 'received_at' - 'kafka_topic' - 'kafka_partition' - 'kafka_offset' - 'source')::text AS x FROM notifications n) s UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s UNION ALL
+            SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at' - 'event_sequence' - 'last_event_after')::text AS x FROM entitlements e) s
+            """, as: String.self)
+    }
+
+    public func finish() async {
+        await fixture.stopOneByOne(workers)
+        try? await stopIngest()
+        await apple.fake.stop()
+    }
+}

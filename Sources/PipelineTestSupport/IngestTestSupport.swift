@@ -1,0 +1,104 @@
+import AppStoreNotifications
+import Foundation
+import KafkaClient
+import Logging
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
+import Prometheus
+import ServiceLifecycle
+import TestSupport
+import Testing
+
+public let ingestTestLogger: Logger = {
+    var logger = Logger(label: "ingest-tests")
+    logger.logLevel = .error
+    return logger
+}()
+
+/// An ingest application running in this process on a free port, in a real ServiceGroup.
+public final class RunningIngest: @unchecked Sendable {
+    public let port: Int
+    public let topic: String
+    public let producer: KafkaProducer
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    public static func start(
+        bootstrap: String, topic: String = TestServices.uniqueName("notifications"), drain: ShutdownDrain? = nil, configure: (inout IngestConfiguration) -> Void = { _ in }
+    ) async throws -> RunningIngest {
+        var configuration = IngestConfiguration(
+            kafka: KafkaClientConfigurationValues(bootstrapServers: [bootstrap], clientId: "ingest-test", statisticsIntervalMilliseconds: 0, additionalConfig: [:]))
+        configuration.host = "127.0.0.1"
+        configuration.port = 0
+        configuration.topic = topic
+        configuration.instanceId = "ingest-test"
+        configure(&configuration)
+        let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: ingestTestLogger)
+        let (ports, portContinuation) = AsyncStream<Int>.makeStream()
+        let application = buildIngestApplication(
+            configuration: configuration, producer: producer, registry: PrometheusCollectorRegistry(), logger: ingestTestLogger, drain: drain,
+            onServerRunning: { port in portContinuation.yield(port) })
+        let services: [any Service] = drain.map { [application, $0] } ?? [application]
+        let group = ServiceGroup(configuration: .init(services: services, logger: ingestTestLogger))
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw HTTPTestConnection.Failure(description: "ingest did not start") }
+        return RunningIngest(port: port, topic: topic, producer: producer, group: group, task: task)
+    }
+
+    private init(port: Int, topic: String, producer: KafkaProducer, group: ServiceGroup, task: Task<Void, any Error>) {
+        self.port = port
+        self.topic = topic
+        self.producer = producer
+        self.group = group
+        self.task = task
+    }
+
+    /// Graceful shutdown: the server drains, then the producer flushes.
+    public func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await task.value
+    }
+
+    /// Starts a graceful shutdown without waiting for it.
+    public func beginShutdown() async {
+        await group.triggerGracefulShutdown()
+    }
+}
+
+/// The body Apple would POST for `signedPayload`.
+public func notificationBody(_ signedPayload: String) -> [UInt8] {
+    Array(JSONObject(["signedPayload": .string(signedPayload)]).serialized.utf8)
+}
+
+public let jsonHeaders = ["Content-Type": "application/json"]
+
+/// Reads `topic` from the beginning until `count` records arrived or `timeout` passed.
+public func readTopic(_ bootstrap: String, topic: String, atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> [KafkaConsumerMessage] {
+    var configuration = KafkaConsumerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), groupId: TestServices.uniqueName("reader"))
+    configuration.sessionTimeoutMilliseconds = 2_000
+    configuration.heartbeatIntervalMilliseconds = 300
+    let consumer = try KafkaConsumer(configuration: configuration, topics: [topic], logger: ingestTestLogger)
+    var records: [KafkaConsumerMessage] = []
+    let deadline = ContinuousClock.now + timeout
+    while records.count < count, ContinuousClock.now < deadline {
+        records += try await consumer.pollBatch(maximum: 1_000, timeoutMilliseconds: 200)
+    }
+    // A little longer, to catch anything beyond the expected count (duplicates).
+    let settle = ContinuousClock.now + .seconds(1)
+    while ContinuousClock.now < settle { records += try await consumer.pollBatch(maximum: 1_000, timeoutMilliseconds: 200) }
+    await consumer.close()
+    return records
+}
+
+/// The repository root (for the built executables).
+public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// The shared vectors directory (`$PIPELINE_SHARED_DIR/vectors` or `../shared/vectors`).
+public let sharedVectors: URL = {
+    if let path = ProcessInfo.processInfo.environment["PIPELINE_SHARED_DIR"] { return URL(fileURLWithPath: path).appendingPathComponent("vectors") }
+    return repositoryRoot.deletingLastPathComponent().appendingPathComponent("shared/vectors")
+}()

@@ -1,0 +1,271 @@
+import AppStoreNotifications
+import Foundation
+import KafkaClient
+import Logging
+import AppStorePull
+import NotificationIngest
+import NotificationWorker
+import PipelineOperations
+import ServiceRuntime
+import PostgresNIO
+import TestSupport
+import Testing
+
+/// A topic pair, a stream of signed notifications in it, and `worker` processes to run against it.
+public final class WorkerProcessFixture: @unchecked Sendable {
+    public let bootstrap: String
+    public let topic = TestServices.uniqueName("notifications")
+    public var deadLetterTopic: String { topic + ".dead-letter" }
+    /// The entitlement events topic of `topic`'s workers (every fixture has its own).
+    public func eventsTopic(_ topic: String? = nil) -> String { (topic ?? self.topic) + ".events" }
+    public let directory = NSTemporaryDirectory() + "worker-fixture-\(UUID().uuidString)"
+    public var rootFile: String { directory + "/test-root.pem" }
+    public let minter: NotificationMinter
+    public static let apps = "com.example.pipeline.app:1234567890"
+    public let binary = repositoryRoot.appendingPathComponent(".build/debug/worker").path
+
+    public init(bootstrap: String) throws {
+        self.bootstrap = bootstrap
+        let authority = try TestCertificateAuthority()
+        minter = NotificationMinter(chain: try authority.issueChain())
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try (try authority.rootCertificate.serializeAsPEM().pemString + "\n").write(toFile: rootFile, atomically: true, encoding: .utf8)
+    }
+
+    /// A second topic pair signed by the same chain (and trusting the same root).
+    public init(bootstrap: String, sharing other: WorkerProcessFixture) throws {
+        self.bootstrap = bootstrap
+        minter = other.minter
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: other.rootFile, toPath: rootFile)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: directory) }
+
+    public func createTopics(partitions: Int32, topic: String? = nil) async throws {
+        let topic = topic ?? self.topic
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+        _ = try await admin.createTopics([
+            .init(name: topic, partitions: partitions), .init(name: topic + ".dead-letter", partitions: 1), .init(name: eventsTopic(topic), partitions: partitions),
+        ])
+        for _ in 0..<50 where try await admin.listTopics()[topic] != Int(partitions) { try await Task.sleep(for: .milliseconds(100)) }
+        await admin.close()
+    }
+
+    /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), one at a time: the
+    /// tansu test broker reports a partition's end as the base offset of its last batch, so records batched
+    /// together would make lag and replay counts there look smaller than they are.
+    public func produce(_ payloads: some Collection<String>, topic: String? = nil) async throws {
+        let topic = topic ?? self.topic
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
+        for payload in payloads {
+            let record = KafkaProducerMessage(
+                topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
+                headers: [KafkaHeader(key: NotificationRecordHeader.receivedAt, string: "1780000000000")], timestamp: 1_780_000_000_000)
+            _ = try await producer.sendAndAwait(record)
+        }
+        await producer.close()
+    }
+
+    /// A worker process for `group` writing to `postgresURL`; returns it and its ops port. Its log (LOG_LEVEL=info)
+    /// goes to a file of the fixture's directory; `logTail` shows them all when an expectation fails.
+    public func startWorker(
+        group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil, batchSize: Int = 100,
+        extra: [String: String] = [:]
+    ) async throws -> (process: Process, opsPort: Int) {
+        let port = TestServices.freePort()
+        let topic = topic ?? self.topic
+        workerCount += 1
+        let process = try await ChildProcess.startWorker(binary: binary, environment: [
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": topic + ".dead-letter", "WORKER_GROUP_ID": group,
+            "EVENTS_TOPIC": eventsTopic(topic), "EVENTS_RELAY_INTERVAL_MS": "50",
+            "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
+            "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
+            // Fast group joins and failure detection on the test broker.
+            "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
+        ].merging(extra) { _, new in new }, logFile: directory + "/worker-\(workerCount).log")
+        logFiles[process.processIdentifier] = directory + "/worker-\(workerCount).log"
+        return (process, port)
+    }
+
+    private var workerCount = 0
+    private var logFiles: [Int32: String] = [:]
+
+    /// How many assignments `worker` has logged so far.
+    public func assignmentCount(_ worker: Process) -> Int {
+        guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return 0 }
+        return text.components(separatedBy: "partitions assigned").count - 1
+    }
+
+    /// Stops `workers` (SIGTERM, graceful) one at a time, each after the others took over the partitions of the
+    /// previous one (up to 20 s). The tansu test broker keeps a group stuck for good when a member is shut down in
+    /// the middle of the rebalance another member's departure started: the departed member stays its leader, and
+    /// no later join (a replay's, the next workers') completes. Kafka would expire that member after its session
+    /// timeout; tansu does not.
+    public func stopOneByOne(_ workers: [Process]) async {
+        for (index, worker) in workers.enumerated() {
+            let others = workers[(index + 1)...].filter(\.isRunning)
+            let before = others.map(assignmentCount)
+            await ChildProcess.terminate(worker)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while !others.isEmpty, ContinuousClock.now < deadline, zip(others, before).allSatisfy({ assignmentCount($0.0) <= $0.1 }) {
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    /// The last lines of every worker's log, for failure messages.
+    public func logTail(lines: Int = 15) -> String {
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".log") }.sorted()
+        return files.map { file in
+            let text = (try? String(contentsOfFile: directory + "/" + file, encoding: .utf8)) ?? ""
+            return "--- \(file)\n" + text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+        }.joined(separator: "\n")
+    }
+
+    /// The group's total lag on the topic (nil while the group has no committed offsets yet).
+    public func lag(group: String, topic: String? = nil) async throws -> Int64? {
+        let topic = topic ?? self.topic
+        let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+        let description: KafkaAdminClient.GroupDescription
+        do {
+            description = try await admin.describeGroup(group, topics: [topic])
+        } catch {
+            await admin.close()
+            throw error
+        }
+        await admin.close()
+        guard description.positions.contains(where: { $0.committed != nil }) else { return nil }
+        return description.positions.reduce(0) { $0 + $1.lag }
+    }
+
+    /// Waits until `group` has committed every record of the topic; false on timeout.
+    public func waitForLag(group: String, topic: String? = nil, timeout: Duration = .seconds(120)) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let lag = try? await lag(group: group, topic: topic), lag == 0 { return true }
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        return false
+    }
+
+    /// Runs the built `pipelinectl` against the fixture's broker; its exit status and output (stdout + stderr).
+    /// A replay refused because the group's members have not left yet is tried again for up to a minute.
+    public func pipelinectl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let binary = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl").path
+        var result: (status: Int32, output: String) = (-1, "")
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let outputFile = directory + "/pipelinectl-\(UUID().uuidString).out"
+            _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
+            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: binary)
+            process.arguments = arguments
+            var environment = ProcessInfo.processInfo.environment
+            environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
+            process.environment = environment
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            try? output.close()
+            while process.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+            result = (process.terminationStatus, (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? "")
+            guard result.status != 0, result.output.contains("active member") else { return result }
+            try await Task.sleep(for: .seconds(1))
+        }
+        return result
+    }
+
+    /// The dead letters written for `group`.
+    public func deadLetters(group: String, topic: String? = nil) async throws -> [DeadLetter] {
+        try await TopicReader.readAll((topic ?? self.topic) + ".dead-letter", client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
+            .map(DeadLetter.init).filter { $0.record.headers.string(DeadLetterHeader.consumerGroup) == group }
+    }
+}
+
+/// What a database holds, minus what legitimately differs between runs: storage times, and each row's event
+/// bookkeeping (how many events a subscription has had depends on the order its notifications arrived in: a
+/// stale one makes none; the events tests check those).
+public struct DatabaseDigest: Equatable, Sendable, CustomStringConvertible {
+    public var ledger: Int
+    public var notifications: String
+    public var transactions: String
+    public var entitlements: String
+    public var description: String { "ledger \(ledger), notifications \(notifications.prefix(8)), transactions \(transactions.prefix(8)), entitlements \(entitlements.prefix(8))" }
+}
+
+public enum TestDatabase {
+    /// Creates database `name` on the cluster of `baseURL` and returns its URL.
+    public static func create(_ name: String, on baseURL: String) async throws -> String {
+        _ = try await with(baseURL) { client in
+            try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: ingestTestLogger)
+        }
+        return String(baseURL[..<baseURL.lastIndex(of: "/")!]) + "/" + name
+    }
+
+    /// A database of its own (named from `prefix`) on the test cluster, migrated by `pipelinectl migrate` as an
+    /// operator would; returns its URL.
+    public static func createMigrated(_ prefix: String) async throws -> String {
+        let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let url = try await create(prefix + UUID().uuidString.prefix(8).lowercased(), on: base)
+        let migrated = try await runPipelinectl(["migrate"], postgresURL: url)
+        try #require(migrated.status == 0, "pipelinectl migrate: \(migrated.output)")
+        return url
+    }
+
+    public static func with<T: Sendable>(_ url: String, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
+        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: ingestTestLogger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(client)
+        }
+    }
+
+    /// Notifications in the ledger (0 before the worker migrated).
+    public static func ledgerCount(_ url: String) async -> Int {
+        (try? await with(url) { client in
+            for try await count in try await client.query("SELECT count(*)::int FROM notification_ledger", logger: ingestTestLogger).decode(Int.self) { return count }
+            return 0
+        }) ?? 0
+    }
+
+    /// `topicRenamed`: the archive's records read from topic `from` count as read from `to` (a phase that
+    /// replays the same stream from a topic of its own compares equal to the reference's).
+    public static func digest(_ url: String, topicRenamed: (from: String, to: String)? = nil) async throws -> DatabaseDigest {
+        let from = topicRenamed?.from ?? ""
+        let to = topicRenamed?.to ?? ""
+        return try await with(url) { client in
+            let rows = try await client.query(
+                """
+                SELECT (SELECT count(*)::int FROM notification_ledger),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(n) - 'stored_at'
+                        || jsonb_build_object('kafka_topic', CASE WHEN n.kafka_topic = \(from) THEN \(to) ELSE n.kafka_topic END))::text AS x
+                        FROM notifications n) s),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT to_jsonb(t)::text AS x FROM transactions t) s),
+                    (SELECT coalesce(md5(string_agg(x, '|' ORDER BY x)), '') FROM (SELECT (to_jsonb(e) - 'updated_at' - 'event_sequence' - 'last_event_after')::text AS x FROM entitlements e) s)
+                """,
+                logger: ingestTestLogger)
+            for try await (ledger, notifications, transactions, entitlements) in rows.decode((Int, String, String, String).self) {
+                return DatabaseDigest(ledger: ledger, notifications: notifications, transactions: transactions, entitlements: entitlements)
+            }
+            throw PostgresDigestMissing()
+        }
+    }
+
+    public struct PostgresDigestMissing: Error {}
+
+    /// Waits until the ledger holds `count` notifications; false on timeout.
+    public static func waitForLedger(_ url: String, count: Int, timeout: Duration = .seconds(180), while condition: () -> Bool = { true }) async throws -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline, condition() {
+            if await ledgerCount(url) >= count { return true }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        return await ledgerCount(url) >= count
+    }
+}
