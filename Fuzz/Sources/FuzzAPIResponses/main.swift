@@ -17,19 +17,19 @@ public func apiResponsesFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt 
     do throws(ModelDecodingError) {
         switch decoder {
         case 0:
-            let page = try NotificationHistoryResponse(json: object)
-            precondition((try? NotificationHistoryResponse(json: page.json)) == page, "a history page does not survive its own encoding")
+            let page = try ModelDecodingError.decode(NotificationHistoryResponse.self, from: .object(object))
+            precondition((try? ModelDecodingError.decode(NotificationHistoryResponse.self, from: .object(page.json))) == page, "a history page does not survive its own encoding")
             for item in page.notificationHistory { precondition(sent.contains(item.signedPayload), "a history item's signedPayload was invented") }
         case 1:
-            let answer = try SendTestNotificationResponse(json: object)
+            let answer = try ModelDecodingError.decode(SendTestNotificationResponse.self, from: .object(object))
             precondition(sent.contains(answer.testNotificationToken), "the test notification token was invented")
         case 2:
-            let status = try CheckTestNotificationResponse(json: object)
-            precondition((try? CheckTestNotificationResponse(json: status.json)) == status, "a test notification status does not survive its own encoding")
+            let status = try ModelDecodingError.decode(CheckTestNotificationResponse.self, from: .object(object))
+            precondition((try? ModelDecodingError.decode(CheckTestNotificationResponse.self, from: .object(status.json))) == status, "a test notification status does not survive its own encoding")
             if let signed = status.signedPayload { precondition(sent.contains(signed), "the test notification's signedPayload was invented") }
             _ = status.lastSendAttemptResult
         case 3:
-            let statuses = try StatusResponse(json: object)
+            let statuses = try ModelDecodingError.decode(StatusResponse.self, from: .object(object))
             for group in statuses.data {
                 for item in group.lastTransactions {
                     for signed in [item.signedTransactionInfo, item.signedRenewalInfo].compactMap({ $0 }) { precondition(sent.contains(signed), "a status's JWS was invented") }
@@ -37,7 +37,7 @@ public func apiResponsesFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt 
             }
             _ = statuses.snapshots
         default:
-            let history = try HistoryResponse(json: object)
+            let history = try ModelDecodingError.decode(HistoryResponse.self, from: .object(object))
             for signed in history.signedTransactions { precondition(sent.contains(signed), "a history transaction was invented") }
             precondition(!history.hasMore || object["hasMore"] != nil, "hasMore without Apple saying so")
         }
