@@ -397,8 +397,12 @@ struct WebhooksProcessTests {
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL)
         let endpoint = try await scene.add("/hook/a")
         scene.receiver.setDelay(.milliseconds(40))
-        try await scene.startWebhooks()
-        try await scene.startWebhooks()
+        // Each process may hold 4 attempts, the endpoint 8 across both: so each process must take part. With 32 each
+        // (the scene's default), one process could legitimately hold all 8 of the endpoint's slots, re-claiming the
+        // moment an attempt ended while the other only polled; a loaded CI run saw (51, 0) that way.
+        let share = ["WEBHOOKS_CONCURRENCY": "4", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT": "8"]
+        try await scene.startWebhooks(extra: share)
+        try await scene.startWebhooks(extra: share)
         // Mid-stream by construction: half the notifications now, the kill once both processes delivered some of
         // their events, the other half after it.
         let events = NotificationMinter.lifecycleEvents(subscriptions: 30)
@@ -418,7 +422,7 @@ struct WebhooksProcessTests {
         #expect(shares.0 > 0 && shares.1 > 0, "both processes deliver: \(shares)")
         await ChildProcess.kill(scene.webhooks[0])
         try await scene.fixture.produce(events.dropFirst(half).map(scene.fixture.minter.signedNotification))
-        try await scene.startWebhooks()
+        try await scene.startWebhooks(extra: share)
 
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
         let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
