@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import EntitlementEvents
+import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
@@ -86,6 +87,8 @@ public struct WebhooksMetrics: Sendable {
 /// `pipelinectl webhooks replay`).
 public struct WebhookIngester: Service {
     let consumer: KafkaConsumer
+    /// Bounds each database step (`WEBHOOKS_STORE_TIMEOUT_MS`).
+    let storeTimeout: Duration
     let store: WebhookStore
     let metrics: WebhooksMetrics
     let logger: Logger
@@ -109,7 +112,9 @@ public struct WebhookIngester: Service {
                 var backoff: Duration = .milliseconds(200)
                 while !Task.isCancelled {
                     do {
-                        let created = try await store.enqueue(events, endpoints: try await store.endpoints())
+                        let created = try await withDeadline(storeTimeout, "recording deliveries") { [store] in
+                            try await store.enqueue(events, endpoints: try await store.endpoints())
+                        }
                         metrics.eventsRead.increment(by: Int64(batch.count))
                         metrics.deliveriesCreated.increment(by: Int64(created))
                         var next: [KafkaTopicPartition: Int64] = [:]
@@ -153,8 +158,10 @@ public struct WebhookDispatcher: Service {
             while !Task.isShuttingDownGracefully && !Task.isCancelled {
                 if inFlight < configuration.concurrency {
                     do {
-                        let due = try await store.claimDue(
-                            limit: configuration.concurrency - inFlight, lease: lease, perEndpoint: configuration.maximumInFlightPerEndpoint)
+                        let limit = configuration.concurrency - inFlight
+                        let due = try await withDeadline(configuration.storeTimeout, "claiming deliveries") { [store, configuration] in
+                            try await store.claimDue(limit: limit, lease: lease, perEndpoint: configuration.maximumInFlightPerEndpoint)
+                        }
                         for delivery in due {
                             inFlight += 1
                             group.addTask { await attempt(delivery); return .attempt }
@@ -195,7 +202,10 @@ public struct WebhookDispatcher: Service {
         for wait in [0, 200, 1_000] {
             if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
             do {
-                if try await store.record(result, of: delivery, outcome: outcome) {
+                let recorded = try await withDeadline(configuration.storeTimeout, "recording an attempt") { [store] in
+                    try await store.record(result, of: delivery, outcome: outcome)
+                }
+                if recorded {
                     metrics.attempt(outcome.label)
                 } else {
                     metrics.attempt("fenced")
@@ -223,7 +233,7 @@ public struct WebhookMaintenance: Service {
             var known: Set<String> = []
             while !Task.isCancelled {
                 do {
-                    let backlogs = try await store.backlogs()
+                    let backlogs = try await withDeadline(configuration.storeTimeout, "reading the backlogs") { [store] in try await store.backlogs() }
                     for (endpoint, backlog) in backlogs {
                         metrics.oldestUndelivered(endpoint: endpoint, seconds: backlog.oldestAge)
                         metrics.disabledWaiting(endpoint: endpoint, count: backlog.enabled ? 0 : backlog.waiting)
@@ -234,7 +244,8 @@ public struct WebhookMaintenance: Service {
                     }
                     known = Set(backlogs.keys)
                     if ContinuousClock.now - lastPrune >= .seconds(3_600) {
-                        let pruned = try await store.prune(olderThan: configuration.deliveryRetention)
+                        let retention = configuration.deliveryRetention
+                        let pruned = try await withDeadline(configuration.storeTimeout, "pruning deliveries") { [store] in try await store.prune(olderThan: retention) }
                         if pruned > 0 { logger.info("pruned finished deliveries", metadata: ["count": "\(pruned)"]) }
                         lastPrune = ContinuousClock.now
                     }

@@ -29,7 +29,7 @@ public func buildWebhooksServices(
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.eventsTopic], logger: logger)
     let store = WebhookStore(client: postgres, logger: logger)
     let metrics = WebhooksMetrics(registry: registry)
-    let ingester = WebhookIngester(consumer: consumer, store: store, metrics: metrics, logger: logger)
+    let ingester = WebhookIngester(consumer: consumer, storeTimeout: configuration.storeTimeout, store: store, metrics: metrics, logger: logger)
     let dispatcher = WebhookDispatcher(
         configuration: configuration, store: store, sender: WebhookSender(timeout: configuration.timeout, allowPrivateTargets: configuration.allowPrivateTargets),
         metrics: metrics, logger: logger)

@@ -34,6 +34,10 @@ public struct WebhooksConfiguration: Sendable {
     public var maximumInFlightPerEndpoint = 8
     /// `WEBHOOKS_POLL_INTERVAL_MS`: how often a process looks for due deliveries when it found none.
     public var pollInterval: Duration = .milliseconds(200)
+    /// `WEBHOOKS_STORE_TIMEOUT_MS`: the longest a database step (claim, record, enqueue) may take. A query on a
+    /// connection the server dropped (an immediate PostgreSQL restart) can otherwise wait for good, and the loop
+    /// awaiting it would stop delivering (seen in a chaos run: claims stopped after a restart, silently).
+    public var storeTimeout: Duration = .seconds(15)
     /// `POSTGRES_URL`, `POSTGRES_POOL_SIZE`.
     public var postgresURL = ""
     public var postgresPoolSize = 8
@@ -51,7 +55,7 @@ public struct WebhooksConfiguration: Sendable {
     public static let environmentKeys = [
         "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
         "WEBHOOK_RETRY_SCHEDULE", "WEBHOOK_DISABLE_AFTER_FAILURES", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_DELIVERY_RETENTION", "WEBHOOKS_CONCURRENCY", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT",
-        "WEBHOOKS_POLL_INTERVAL_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL",
+        "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
@@ -76,6 +80,7 @@ public struct WebhooksConfiguration: Sendable {
         configuration.maximumInFlightPerEndpoint = try environment.int(
             "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
         configuration.pollInterval = .milliseconds(try environment.int("WEBHOOKS_POLL_INTERVAL_MS", default: 200, range: 10...60_000))
+        configuration.storeTimeout = .milliseconds(try environment.int("WEBHOOKS_STORE_TIMEOUT_MS", default: 15_000, range: 1_000...600_000))
         configuration.postgresURL = try environment.required("POSTGRES_URL")
         configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
         return configuration
@@ -142,6 +147,7 @@ public struct WebhooksConfiguration: Sendable {
           WEBHOOKS_CONCURRENCY             deliveries in flight per process (16)
           WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT   deliveries one endpoint may have in flight, every process together (8)
           WEBHOOKS_POLL_INTERVAL_MS        how often due deliveries are looked for when there were none (200)
+          WEBHOOKS_STORE_TIMEOUT_MS        the longest a database step may take before it is retried (15000)
           POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (8)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
         Endpoints: pipelinectl webhooks add --url U [--bundle-id B]... [--environment E] [--type T]... [--allow-http]. docs/webhooks.md.
