@@ -1,6 +1,27 @@
 // swift-tools-version: 6.2
 import PackageDescription
 
+/// The Swift server ecosystem's products, by the name the targets below list them under.
+let argumentParser: Target.Dependency = .product(name: "ArgumentParser", package: "swift-argument-parser")
+let asyncHTTPClient: Target.Dependency = .product(name: "AsyncHTTPClient", package: "async-http-client")
+let crypto: Target.Dependency = .product(name: "Crypto", package: "swift-crypto")
+let httpTypes: Target.Dependency = .product(name: "HTTPTypes", package: "swift-http-types")
+let hummingbird: Target.Dependency = .product(name: "Hummingbird", package: "hummingbird")
+let hummingbirdCore: Target.Dependency = .product(name: "HummingbirdCore", package: "hummingbird")
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+let metrics: Target.Dependency = .product(name: "Metrics", package: "swift-metrics")
+let nioCore: Target.Dependency = .product(name: "NIOCore", package: "swift-nio")
+let nioHTTP1: Target.Dependency = .product(name: "NIOHTTP1", package: "swift-nio")
+let nioHTTPTypesHTTP1: Target.Dependency = .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras")
+let nioPosix: Target.Dependency = .product(name: "NIOPosix", package: "swift-nio")
+let openAPIHummingbird: Target.Dependency = .product(name: "OpenAPIHummingbird", package: "swift-openapi-hummingbird")
+let openAPIRuntime: Target.Dependency = .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime")
+let postgresNIO: Target.Dependency = .product(name: "PostgresNIO", package: "postgres-nio")
+let prometheus: Target.Dependency = .product(name: "Prometheus", package: "swift-prometheus")
+let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
+let swiftASN1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
+let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
+
 let package = Package(
     name: "appstore-notification-pipeline",
     platforms: [.macOS(.v15)],
@@ -42,11 +63,7 @@ let package = Package(
         // MARK: - Core: pure, no I/O
         .target(
             name: "AppStoreNotifications",
-            dependencies: [
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-            ]
+            dependencies: [crypto, x509, swiftASN1]
         ),
         // MARK: - Kafka: the only importer of the C library
         .systemLibrary(
@@ -56,85 +73,41 @@ let package = Package(
         ),
         .target(
             name: "KafkaClient",
-            dependencies: [
-                "CRDKafka",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            dependencies: ["CRDKafka", logging, metrics, serviceLifecycle]
         ),
         // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
         .target(
             name: "EntitlementStore",
-            dependencies: [
-                "AppStoreNotifications",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
+            dependencies: ["AppStoreNotifications", postgresNIO, logging]
         ),
         // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
         .target(
             name: "AppStoreServerAPI",
-            dependencies: [
-                "AppStoreNotifications",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-            ]
+            dependencies: ["AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1]
         ),
         // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
         .target(
             name: "EntitlementEvents",
             dependencies: [
-                "AppStoreNotifications",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "EntitlementStore", "KafkaClient", "ServiceRuntime", logging, prometheus,
+                serviceLifecycle,
             ]
         ),
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
             name: "CustomerAPI",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStoreServerAPI",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
-                .product(name: "OpenAPIHummingbird", package: "swift-openapi-hummingbird"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime",
+                crypto, hummingbird, httpTypes, logging, metrics, openAPIRuntime, openAPIHummingbird, postgresNIO,
+                prometheus, serviceLifecycle,
             ]
         ),
         // MARK: - Webhooks: entitlement events delivered to HTTP endpoints (Standard Webhooks)
         .target(
             name: "Webhooks",
             dependencies: [
-                "AppStoreNotifications",
-                "EntitlementEvents",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "EntitlementEvents", "EntitlementStore", "KafkaClient", "ServiceRuntime",
+                asyncHTTPClient, crypto, hummingbird, logging, nioPosix, postgresNIO, prometheus, serviceLifecycle,
             ]
         ),
         // MARK: - What every process shares: environment reading, the service starter, ops routes and health, the HTTP
@@ -142,21 +115,9 @@ let package = Package(
         .target(
             name: "ServiceRuntime",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStoreServerAPI",
-                "EntitlementStore",
-                "KafkaClient",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", hummingbird,
+                hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging, metrics, prometheus,
+                postgresNIO, serviceLifecycle,
             ]
         ),
         // MARK: - The services and features, one concern each
@@ -164,34 +125,17 @@ let package = Package(
         .target(
             name: "NotificationIngest",
             dependencies: [
-                "AppStoreNotifications",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "KafkaClient", "ServiceRuntime", hummingbird, hummingbirdCore, httpTypes,
+                logging, prometheus, serviceLifecycle,
             ]
         ),
         // The worker: verify, dedupe, the one transaction, dead letters, the events relay, the contradiction healer.
         .target(
             name: "NotificationWorker",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStorePull",
-                "AppStoreServerAPI",
-                "EntitlementEvents",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
+                "KafkaClient", "ServiceRuntime", hummingbird, logging, metrics, prometheus, postgresNIO,
+                serviceLifecycle,
             ]
         ),
         // The pull side: backfill (Get Notification History), reconcile and import (statuses, transaction history),
@@ -199,66 +143,38 @@ let package = Package(
         .target(
             name: "AppStorePull",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStoreServerAPI",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Logging", package: "swift-log"),
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime",
+                logging,
             ]
         ),
         // Operator tools: dead letters and their re-drive, reading topics, pipelinectl's configuration.
         .target(
             name: "PipelineOperations",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStoreServerAPI",
-                "EntitlementEvents",
-                "EntitlementStore",
-                "KafkaClient",
-                "ServiceRuntime",
-                .product(name: "Logging", package: "swift-log"),
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore", "KafkaClient",
+                "ServiceRuntime", logging,
             ]
         ),
         // MARK: - Test material minted at run time
         // The test PKI and minted notifications: the core and the crypto packages only (the fuzz targets link it).
         .target(
             name: "TestSigning",
-            dependencies: [
-                "AppStoreNotifications",
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
-            ]
+            dependencies: ["AppStoreNotifications", crypto, x509, swiftASN1]
         ),
         // Fakes and clients for process tests (re-exports TestSigning).
         .target(
             name: "TestSupport",
             dependencies: [
-                "AppStoreNotifications",
-                "AppStoreServerAPI",
-                "TestSigning",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
-                .product(name: "SwiftASN1", package: "swift-asn1"),
+                "AppStoreNotifications", "AppStoreServerAPI", "TestSigning", asyncHTTPClient, hummingbird, crypto,
+                x509, swiftASN1,
             ]
         ),
         // MARK: - Executables: compose only
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
-                "AppStoreNotifications",
-                "CustomerAPI",
-                "AppStorePull",
-                "EntitlementEvents",
-                "NotificationIngest",
-                "NotificationWorker",
-                "PipelineOperations",
-                "ServiceRuntime",
-                "Webhooks",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "AppStoreNotifications", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
+                "NotificationWorker", "PipelineOperations", "ServiceRuntime", "Webhooks", argumentParser,
             ]
         ),
         .executableTarget(
@@ -279,7 +195,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "fake-appstore-api",
-            dependencies: ["AppStoreNotifications", "TestSupport", .product(name: "Hummingbird", package: "hummingbird")]
+            dependencies: ["AppStoreNotifications", "TestSupport", hummingbird]
         ),
         .executableTarget(
             name: "demo-notifications",
@@ -291,9 +207,9 @@ let package = Package(
         .target(
             name: "PipelineTestSupport",
             dependencies: [
-                "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents", "EntitlementStore", "KafkaClient",
-                "NotificationIngest", "NotificationWorker", "PipelineOperations", "ServiceRuntime", "Webhooks", "TestSupport",
-                .product(name: "PostgresNIO", package: "postgres-nio"),
+                "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents",
+                "EntitlementStore", "KafkaClient", "NotificationIngest", "NotificationWorker", "PipelineOperations",
+                "ServiceRuntime", "Webhooks", "TestSupport", postgresNIO,
             ]
         ),
         .testTarget(
@@ -302,11 +218,11 @@ let package = Package(
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", "PipelineTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",
-            dependencies: ["KafkaClient", "TestSupport", "PipelineTestSupport", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["KafkaClient", "TestSupport", "PipelineTestSupport", logging]
         ),
     ]
 )
@@ -316,7 +232,7 @@ let package = Package(
 for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
-    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", .product(name: "PostgresNIO", package: "postgres-nio")]))
+    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO]))
 }
 
 // One place turns on the language features every target builds with.

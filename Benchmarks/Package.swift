@@ -8,6 +8,25 @@ import PackageDescription
 //   - Sources/<name>-bench/: programs that need a broker and PostgreSQL (or openssl, kcat) and print figures with
 //     ratios against a reference measured in the same run; they start the release binaries of the main package
 //     (PIPELINE_BIN_DIR, default ../.build/release): docs/benchmarks.md has every command.
+/// Products of the main package.
+func pipeline(_ names: String...) -> [Target.Dependency] {
+    names.map { .product(name: $0, package: "appstore-notification-pipeline") }
+}
+
+let postgresAndLogging: [Target.Dependency] = [
+    .product(name: "PostgresNIO", package: "postgres-nio"), .product(name: "Logging", package: "swift-log"),
+]
+
+/// The figure-printing programs (Sources/<name>) and what each links.
+let programs: [(String, [Target.Dependency])] = [
+    ("verify-bench", pipeline("AppStoreNotifications", "AppStoreServerAPI", "TestSupport") + [.product(name: "Crypto", package: "swift-crypto")]),
+    ("worker-bench", pipeline("AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+    ("ingest-bench", pipeline("AppStoreNotifications", "TestSupport")),
+    ("kafka-bench", pipeline("KafkaClient", "TestSupport") + [.product(name: "Logging", package: "swift-log")]),
+    ("metrics-bench", pipeline("EntitlementStore", "TestSupport") + postgresAndLogging),
+    ("customer-api-bench", pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+]
+
 let package = Package(
     name: "appstore-notification-pipeline-benchmarks",
     platforms: [.macOS(.v15)],
@@ -22,70 +41,11 @@ let package = Package(
     targets: [
         .executableTarget(
             name: "Verification",
-            dependencies: [
-                .product(name: "Benchmark", package: "package-benchmark"),
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-            ],
+            dependencies: [.product(name: "Benchmark", package: "package-benchmark")] + pipeline("AppStoreNotifications", "TestSupport"),
             path: "Benchmarks/Verification",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
-        ),
-        .executableTarget(
-            name: "verify-bench",
-            dependencies: [
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "AppStoreServerAPI", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-                .product(name: "Crypto", package: "swift-crypto"),
-            ]
-        ),
-        .executableTarget(
-            name: "worker-bench",
-            dependencies: [
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "EntitlementStore", package: "appstore-notification-pipeline"),
-                .product(name: "KafkaClient", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
-        .executableTarget(
-            name: "ingest-bench",
-            dependencies: [
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-            ]
-        ),
-        .executableTarget(
-            name: "kafka-bench",
-            dependencies: [
-                .product(name: "KafkaClient", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
-        .executableTarget(
-            name: "metrics-bench",
-            dependencies: [
-                .product(name: "EntitlementStore", package: "appstore-notification-pipeline"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
-        .executableTarget(
-            name: "customer-api-bench",
-            dependencies: [
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "CustomerAPI", package: "appstore-notification-pipeline"),
-                .product(name: "EntitlementStore", package: "appstore-notification-pipeline"),
-                .product(name: "KafkaClient", package: "appstore-notification-pipeline"),
-                .product(name: "TestSupport", package: "appstore-notification-pipeline"),
-                .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
-    ]
+        )
+    ] + programs.map { name, dependencies in .executableTarget(name: name, dependencies: dependencies) }
 )
 
 // The main package's language settings, for every target here too.

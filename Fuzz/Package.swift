@@ -4,6 +4,10 @@ import PackageDescription
 /// libFuzzer targets for every parser that sees untrusted bytes (docs/fuzzing.md). A package of its own, built only
 /// by `scripts/fuzz.sh` with `-sanitize=fuzzer,address -parse-as-library`, so the instrumentation reaches the
 /// dependencies the verifier parses with (swift-certificates, swift-asn1) and never the pipeline's own build.
+/// One executable per parser (Sources/<name>/main.swift).
+let fuzzTargets = ["FuzzStrictJSON", "FuzzBase64", "FuzzRequestBody", "FuzzVerifier", "FuzzAPIResponses", "FuzzArchivedJWS", "FuzzCustomerPurchase"]
+let core = Target.Dependency.product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")
+
 let package = Package(
     name: "Fuzz",
     platforms: [.macOS(.v15)],
@@ -12,22 +16,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "CLibFuzzer"),
-        .target(
-            name: "FuzzSupport",
-            dependencies: [
-                "CLibFuzzer",
-                .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline"),
-                .product(name: "TestSigning", package: "appstore-notification-pipeline"),
-            ]
-        ),
-        .executableTarget(name: "FuzzStrictJSON", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzBase64", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzRequestBody", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzVerifier", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzAPIResponses", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzArchivedJWS", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-        .executableTarget(name: "FuzzCustomerPurchase", dependencies: ["FuzzSupport", .product(name: "AppStoreNotifications", package: "appstore-notification-pipeline")]),
-    ]
+        .target(name: "FuzzSupport", dependencies: ["CLibFuzzer", core, .product(name: "TestSigning", package: "appstore-notification-pipeline")]),
+    ] + fuzzTargets.map { .executableTarget(name: $0, dependencies: ["FuzzSupport", core]) }
 )
 
 for target in package.targets where target.name != "CLibFuzzer" {

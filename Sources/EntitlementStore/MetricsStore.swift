@@ -6,11 +6,6 @@ import PostgresNIO
 public struct MetricsStore: Sendable {
     public let client: PostgresClient
     let logger: Logger
-
-    public init(client: PostgresClient, logger: Logger) {
-        self.client = client
-        self.logger = logger
-    }
 }
 
 extension EntitlementStore {

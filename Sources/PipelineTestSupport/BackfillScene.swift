@@ -34,6 +34,14 @@ public final class BackfillScene: @unchecked Sendable {
             let (worker, port) = try await fixture.startWorker(group: group, postgresURL: database, extra: heal)
             workers.append(worker)
             opsPorts.append(port)
+            // Ready means migrated: a test that runs pipelinectl at once (reconcile, import) would otherwise meet
+            // an empty schema while the worker is still applying migrations.
+            var ready = false
+            for _ in 0..<200 where !ready && worker.isRunning {
+                ready = (try? await HTTPTestConnection(port: port).send(method: "GET", path: "/health/ready", timeoutSeconds: 2).status) == 200
+                if !ready { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(ready, "the worker did not become ready (migrated, broker reachable)\n\(fixture.logTail())")
         } else {
             let migrate = try await run(["migrate"])
             #expect(migrate.status == 0, "pipelinectl migrate: \(migrate.output)")

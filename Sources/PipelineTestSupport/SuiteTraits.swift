@@ -14,19 +14,21 @@ extension Trait where Self == ConditionTrait {
     }
 }
 
-/// The services a process suite runs against, read once (a suite gated by `.requiresKafkaAndPostgres` fails here, in
-/// CI, with the variable to set).
-public struct RequiredServices: Sendable {
-    public let bootstrap: String
-    public let postgresURL: String
-
-    public init() throws {
-        bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
-        postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+/// The services a suite gated by one of the traits above runs against: reading one fails the test (in CI, where the
+/// gate is always open) with the variable to set.
+public enum RequiredServices {
+    public static var bootstrap: String {
+        get throws { try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka)) }
+    }
+    public static var postgresURL: String {
+        get throws { try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres)) }
     }
 }
 
-extension RequiredServices {
-    /// (bootstrap, postgresURL), for a suite's two stored properties.
-    public var pair: (String, String) { (bootstrap, postgresURL) }
+/// A process suite (Kafka and PostgreSQL): `bootstrap` and `postgresURL` without stored copies of its own.
+public protocol ProcessSuite {}
+
+extension ProcessSuite {
+    public var bootstrap: String { get throws { try RequiredServices.bootstrap } }
+    public var postgresURL: String { get throws { try RequiredServices.postgresURL } }
 }

@@ -15,3 +15,17 @@ public struct MintedVerification: Sendable {
             configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
     }
 }
+
+/// A suite of minted notifications that really go through verification, on the calendar such suites share: `day`
+/// in milliseconds, `start` (2026-03-01) as the first day of their stories.
+public protocol MintedSuite {
+    var minted: MintedVerification { get }
+}
+
+extension MintedSuite {
+    public var authority: TestCertificateAuthority { minted.authority }
+    public var minter: NotificationMinter { minted.minter }
+    public var verifier: SignedPayloadVerifier { minted.verifier }
+    public static var day: Int64 { 24 * 3600 * 1000 }
+    public static var start: Int64 { TestDates.milliseconds("2026-03-01T00:00:00Z") }
+}

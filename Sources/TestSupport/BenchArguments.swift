@@ -16,4 +16,9 @@ public struct BenchArguments: Sendable {
     public var count: Int { values.count }
     public subscript(index: Int) -> String { values[index] }
     public func contains(_ value: String) -> Bool { values.contains(value) }
+
+    /// The number at `index`, or `fallback` when it is absent or not a number.
+    public func int(_ index: Int, default fallback: Int) -> Int {
+        index < values.count ? Int(values[index]) ?? fallback : fallback
+    }
 }

@@ -53,9 +53,6 @@ public final class WebhookSender: Sendable {
         self.allowPrivateTargets = allowPrivateTargets
     }
 
-    /// Nothing is kept between attempts; kept so that callers end a sender the same way whatever it holds.
-    public func shutdown() async {}
-
     /// Sends `body` (the event as structured CloudEvents JSON) to `url` signed with `secrets` (the current one,
     /// plus the previous one during a rotation's overlap).
     public func deliver(url: String, allowHTTP: Bool, id: String, body: [UInt8], secrets: [String], now: Date = Date()) async -> WebhookAttempt {

@@ -184,7 +184,6 @@ public struct WebhookDispatcher: Service {
             }
             for await _ in group {}
         }
-        await sender.shutdown()
     }
 
     func attempt(_ delivery: DueDelivery) async {

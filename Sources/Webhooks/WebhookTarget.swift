@@ -1,7 +1,7 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import NIOPosix
-import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -95,17 +95,13 @@ public struct WebhookTarget: Sendable {
     /// getaddrinfo cannot be cancelled: it runs on NIO's thread pool and its answer is dropped if the deadline
     /// comes first (the thread finishes on its own).
     static func resolveBeforeDeadline(_ host: String, deadline: ContinuousClock.Instant) async -> Result<[ResolvedAddress], WebhookTargetError> {
-        let answer = FirstAnswer<Result<[ResolvedAddress], WebhookTargetError>>()
-        let timeout = WebhookTargetError(code: "unresolvable", reason: "\(UntrustedText.quoted(host, limit: 100)) did not resolve before the attempt's deadline")
-        return await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                try? await Task.sleep(until: deadline)
-                answer.give(.failure(timeout))
+        do {
+            return try await withDeadline(ContinuousClock.now.duration(to: deadline), "resolving a webhook host") {
+                try await NIOThreadPool.singleton.runIfActive { Self.resolve(host) }
             }
-            NIOThreadPool.singleton.submit { _ in answer.give(Self.resolve(host)) }
-            let result = await answer.value()
-            group.cancelAll()
-            return result
+        } catch {
+            let why = error is StepTimedOut ? "did not resolve before the attempt's deadline" : "could not be resolved: \(error)"
+            return .failure(WebhookTargetError(code: "unresolvable", reason: "\(UntrustedText.quoted(host, limit: 100)) \(why)"))
         }
     }
 
@@ -192,36 +188,5 @@ public struct WebhookTarget: Sendable {
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         guard inet_ntop(AF_INET6, &address, &buffer, socklen_t(buffer.count)) != nil else { return "?" }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-}
-
-/// The first of several answers (a thread pool's result, a deadline), to one waiter; later answers are dropped.
-final class FirstAnswer<Value: Sendable>: Sendable {
-    private struct State {
-        var waiter: CheckedContinuation<Value, Never>?
-        var value: Value?
-    }
-
-    private let state = Mutex(State())
-
-    func give(_ value: Value) {
-        let waiter: CheckedContinuation<Value, Never>? = state.withLock { state in
-            guard state.value == nil else { return nil }
-            state.value = value
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume(returning: value)
-    }
-
-    func value() async -> Value {
-        await withCheckedContinuation { continuation in
-            let ready: Value? = state.withLock { state in
-                if let value = state.value { return value }
-                state.waiter = continuation
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
     }
 }

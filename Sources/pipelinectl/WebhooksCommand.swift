@@ -256,7 +256,6 @@ struct WebhooksCommand: AsyncParsableCommand {
             let sender = WebhookSender(timeout: settings.timeout, allowPrivateTargets: settings.allowPrivate)
             let attempt = await sender.deliver(
                 url: endpoint.url, allowHTTP: endpoint.allowHTTP, id: id, body: Array(body.serialized.utf8), secrets: endpoint.signingSecrets())
-            await sender.shutdown()
             print("POST \(UntrustedText.escaped(endpoint.url, limit: 120)) webhook-id \(id)")
             print("→ \(attempt.status.map { "HTTP \($0)" } ?? "no answer: " + UntrustedText.escaped(attempt.error ?? "", limit: 300)) in \(attempt.latencyMilliseconds) ms")
             if let excerpt = attempt.responseExcerpt, !excerpt.isEmpty { print("  \(UntrustedText.escaped(excerpt, limit: 500))") }

@@ -6,15 +6,11 @@ import Testing
 /// and only until the backstop, denied when Apple says expired or revoked, and cleared by a notification (or a
 /// status snapshot) that resolves them.
 @Suite("Contradicted entitlements")
-struct ContradictionTests {
-    let minter: NotificationMinter
-    let verifier: SignedPayloadVerifier
-    static let day: Int64 = 24 * 3600 * 1000
-    static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
+struct ContradictionTests: MintedSuite {
+    let minted: MintedVerification
 
     init() throws {
-        let minted = try MintedVerification()
-        (minter, verifier) = (minted.minter, minted.verifier)
+        minted = try MintedVerification()
     }
 
     static func at(_ days: Int64) -> Timestamp { Timestamp(millisecondsSince1970: start + days * day) }

@@ -7,15 +7,11 @@ import Testing
 /// order of a subscription's notifications ends in the row of the in-order delivery. Every notification is
 /// minted and really verified.
 @Suite("Entitlement correctness")
-struct EntitlementCorrectnessTests {
-    let minter: NotificationMinter
-    let verifier: SignedPayloadVerifier
-    static let day: Int64 = 24 * 3600 * 1000
-    static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
+struct EntitlementCorrectnessTests: MintedSuite {
+    let minted: MintedVerification
 
     init() throws {
-        let minted = try MintedVerification()
-        (minter, verifier) = (minted.minter, minted.verifier)
+        minted = try MintedVerification()
     }
 
     static func at(_ days: Int64, plus milliseconds: Int64 = 0) -> Timestamp { Timestamp(millisecondsSince1970: start + days * day + milliseconds) }

@@ -4,16 +4,11 @@ import Testing
 
 /// The entitlement state machine, fed with minted notifications that went through real verification.
 @Suite("Entitlement transitions")
-struct EntitlementTransitionTests {
-    let authority: TestCertificateAuthority
-    let minter: NotificationMinter
-    let verifier: SignedPayloadVerifier
-    static let day: Int64 = 24 * 3600 * 1000
-    static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
+struct EntitlementTransitionTests: MintedSuite {
+    let minted: MintedVerification
 
     init() throws {
-        let minted = try MintedVerification()
-        (authority, minter, verifier) = (minted.authority, minted.minter, minted.verifier)
+        minted = try MintedVerification()
     }
 
     /// One event of subscription 42 at `day` days after `start`.

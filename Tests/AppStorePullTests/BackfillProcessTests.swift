@@ -18,14 +18,7 @@ import PipelineTestSupport
 @Suite(
     "Backfill and test notifications: real ingest, broker, workers, PostgreSQL; the fake App Store Server API", .serialized,
     .requiresKafkaAndPostgres)
-struct BackfillProcessTests {
-    let bootstrap: String
-    let postgresURL: String
-
-    init() throws {
-        (bootstrap, postgresURL) = try RequiredServices().pair
-    }
-
+struct BackfillProcessTests: ProcessSuite {
     static let backfillArguments = ["backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--since", "1h", "--json"]
 
     @Test("an ingest outage: backfill --only-failures makes the database equal an undisturbed run's; a second backfill changes nothing")

@@ -17,14 +17,7 @@ import PipelineTestSupport
 @Suite(
     "Reconcile, import and consumption: real services, the fake App Store Server API", .serialized,
     .requiresKafkaAndPostgres)
-struct ReconcileProcessTests {
-    let bootstrap: String
-    let postgresURL: String
-
-    init() throws {
-        (bootstrap, postgresURL) = try RequiredServices().pair
-    }
-
+struct ReconcileProcessTests: ProcessSuite {
     static let app = ["--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production"]
     static let fast = ["APPSTORE_RATE_LIMIT_STATUSES": "1000", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY": "1000"]
 

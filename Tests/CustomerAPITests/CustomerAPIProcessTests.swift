@@ -110,14 +110,7 @@ func currentPeriod(seed: Int, token: String, type: String = "SUBSCRIBED") -> Not
 @Suite(
     "Customer API: purchases, ownership and lookups through customer-api, worker, broker and PostgreSQL", .serialized,
     .requiresKafkaAndPostgres)
-struct CustomerAPIProcessTests {
-    let bootstrap: String
-    let postgresURL: String
-
-    init() throws {
-        (bootstrap, postgresURL) = try RequiredServices().pair
-    }
-
+struct CustomerAPIProcessTests: ProcessSuite {
     @Test("a purchase is read back at once; posting it again answers the same; Apple's notification for it then changes nothing and makes no event")
     func purchaseThenRead() async throws {
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)

@@ -97,8 +97,8 @@ struct EventsProcessTests {
 
     @Test("lifecycles with duplicates and stale deliveries: each subscription's events in order, chained, none for duplicates; kill -9 and replay add no new ids")
     func lifecycles() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
-        let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let bootstrap = try RequiredServices.bootstrap
+        let postgresURL = try RequiredServices.postgresURL
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 4)
         let verifier = try SignedPayloadVerifier(configuration: .init(
@@ -200,8 +200,8 @@ struct EventsProcessTests {
 
     @Test("broker away: the outbox piles up and its age grows while notifications were stored; back: the events arrive in order")
     func brokerOutage() async throws {
-        _ = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
-        let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        _ = try RequiredServices.bootstrap
+        let postgresURL = try RequiredServices.postgresURL
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try await broker.start()
         defer { broker.kill() }

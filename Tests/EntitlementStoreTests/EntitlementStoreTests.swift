@@ -8,27 +8,21 @@ import Testing
 import PipelineTestSupport
 
 @Suite("Entitlement store against a real PostgreSQL", .serialized, .requiresPostgres)
-struct EntitlementStoreTests {
+struct EntitlementStoreTests: MintedSuite {
     static let logger: Logger = {
         var logger = Logger(label: "store-tests")
         logger.logLevel = .error
         return logger
     }()
-    static let day: Int64 = 24 * 3600 * 1000
-    static let start = TestDates.milliseconds("2026-03-01T00:00:00Z")
-
     /// Runs `body` with a store on a database of its own (created for the test, migrated).
     func withStore(_ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
         try await withMigratedStore("store", logger: Self.logger, body)
     }
 
-    let authority: TestCertificateAuthority
-    let minter: NotificationMinter
-    let verifier: SignedPayloadVerifier
+    let minted: MintedVerification
 
     init() throws {
-        let minted = try MintedVerification()
-        (authority, minter, verifier) = (minted.authority, minted.minter, minted.verifier)
+        minted = try MintedVerification()
     }
 
     func notification(_ type: String, _ subtype: String? = nil, day: Int64, status: Int32 = 1) async throws -> StoredNotification {

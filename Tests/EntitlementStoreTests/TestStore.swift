@@ -2,12 +2,13 @@ import EntitlementStore
 import Logging
 import PostgresNIO
 import TestSupport
+import PipelineTestSupport
 import Testing
 
 /// Runs `body` with a store on a PostgreSQL database of its own (named after `purpose`, created for the test and
 /// migrated; a second migration run must apply nothing).
 func withMigratedStore(_ purpose: String, logger: Logger, _ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
-    let url = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+    let url = try RequiredServices.postgresURL
     let database = "test_" + TestServices.uniqueName(purpose).replacingOccurrences(of: "-", with: "_")
     let admin = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
     var configuration = try PostgresClient.Configuration(url: url)

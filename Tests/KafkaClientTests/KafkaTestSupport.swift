@@ -2,6 +2,7 @@ import Foundation
 import KafkaClient
 import Logging
 import TestSupport
+import PipelineTestSupport
 import Testing
 
 /// Settings that keep group joins fast on tansu (joins take about session.timeout.ms / 2 there). Test-only.
@@ -35,7 +36,7 @@ let testLogger: Logger = {
 }()
 
 func requireKafka() throws -> String {
-    try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+    try RequiredServices.bootstrap
 }
 
 /// Creates a topic with `partitions` partitions and waits until its metadata shows them.

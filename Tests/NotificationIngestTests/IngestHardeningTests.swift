@@ -21,7 +21,7 @@ struct IngestHardeningTests {
     /// Short deadlines, so the slow-client tests finish quickly; a test of something else passes a longer request
     /// deadline, so that a loaded machine's slowness is never mistaken for the client's.
     static func start(requestTimeoutMilliseconds: Int = 1_000) async throws -> RunningIngest {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        let bootstrap = try RequiredServices.bootstrap
         return try await RunningIngest.start(bootstrap: bootstrap) {
             $0.requestTimeoutMilliseconds = requestTimeoutMilliseconds
             $0.idleTimeoutMilliseconds = 1_500
@@ -147,7 +147,7 @@ struct IngestHardeningTests {
 
     @Test("SIGTERM: readiness fails first while POSTs are still answered for the drain period, then the server stops")
     func shutdownDrain() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        let bootstrap = try RequiredServices.bootstrap
         let drain = ShutdownDrain(period: .seconds(2))
         let ingest = try await RunningIngest.start(bootstrap: bootstrap, drain: drain)
         let connection = HTTPTestConnection(port: ingest.port)

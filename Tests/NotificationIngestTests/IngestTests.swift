@@ -17,7 +17,7 @@ import PipelineTestSupport
 @Suite("Ingest against a real broker", .serialized, .requiresKafka)
 struct IngestTests {
     func bootstrap() throws -> String {
-        try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        try RequiredServices.bootstrap
     }
 
     /// Whether ingest's cheap shape check should pass, decided independently of the code under test.

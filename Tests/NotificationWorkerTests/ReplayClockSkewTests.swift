@@ -15,7 +15,7 @@ struct ReplayClockSkewTests {
     /// stamped at or after T − skew, so a record received just after T by an ingest whose clock ran ahead is replayed.
     @Test("--clock-skew-seconds moves the start of a replay by time earlier by exactly that much")
     func clockSkew() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        let bootstrap = try RequiredServices.bootstrap
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 1)
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)

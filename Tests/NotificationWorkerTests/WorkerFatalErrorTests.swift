@@ -19,7 +19,7 @@ struct WorkerFatalErrorTests {
     /// must not keep running while it says ready: it exits non-zero, so the orchestrator replaces it.
     @Test("a fenced static member exits non-zero, with the reason in its log")
     func fencedStaticMember() async throws {
-        let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let postgresURL = try RequiredServices.postgresURL
         var configuration = KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: ["unused:9092"], additionalConfig: ["test.mock.num.brokers": "1"]))
         configuration.deliveryTimeoutMilliseconds = 5_000
         let cluster = try KafkaProducer(configuration: configuration, logger: ingestTestLogger)

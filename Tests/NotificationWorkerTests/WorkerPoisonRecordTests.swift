@@ -18,8 +18,8 @@ import PipelineTestSupport
 struct WorkerPoisonRecordTests {
     @Test("a verified notification holding U+0000 (jsonb refuses it, SQLSTATE 22P05) is dead-lettered once; its batch-mates are stored")
     func nulCharacter() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
-        let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let bootstrap = try RequiredServices.bootstrap
+        let postgresURL = try RequiredServices.postgresURL
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 1)
         let events = NotificationMinter.lifecycleEvents(subscriptions: 12)

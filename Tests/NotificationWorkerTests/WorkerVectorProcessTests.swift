@@ -29,8 +29,8 @@ struct WorkerVectorProcessTests {
 
     @Test("every generated vector: accepts stored exactly as decoded, rejects dead-lettered with the library's code")
     func vectors() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
-        let postgresURL = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let bootstrap = try RequiredServices.bootstrap
+        let postgresURL = try RequiredServices.postgresURL
         let directory = sharedVectors.appendingPathComponent("generated")
         let rootFile = directory.appendingPathComponent("test-root-ca.der").path
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)

@@ -11,7 +11,7 @@ import PipelineTestSupport
 struct MetricsCommandTests {
     @Test("exchange-rates load refuses a bad file whole, naming the line; products set refuses an unknown duration; metrics prints table, CSV and JSON")
     func commands() async throws {
-        let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let base = try RequiredServices.postgresURL
         let database = try await TestDatabase.create("m" + UUID().uuidString.prefix(8).lowercased(), on: base)
         #expect(try await runPipelinectl(["migrate"], postgresURL: database).status == 0)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("metrics-\(UUID().uuidString)")

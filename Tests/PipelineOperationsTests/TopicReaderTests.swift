@@ -14,7 +14,7 @@ import PipelineTestSupport
 struct TopicReaderTests {
     @Test("with since, each partition is read from the first record stamped at or after it: only those are fetched and handed over")
     func seeksByTime() async throws {
-        let bootstrap = try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka))
+        let bootstrap = try RequiredServices.bootstrap
         let client = KafkaClientConfiguration(bootstrapServers: [bootstrap])
         let topic = TestServices.uniqueName("reader")
         let admin = try KafkaAdminClient(configuration: client, logger: ingestTestLogger)

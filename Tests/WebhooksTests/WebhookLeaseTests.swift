@@ -17,7 +17,7 @@ import PipelineTestSupport
 @Suite("Webhook leases: fenced attempts, due-only claims, disabled endpoints hold", .serialized, .requiresPostgres)
 struct WebhookLeaseTests {
     func withStore(_ body: @Sendable (WebhookStore, PostgresClient) async throws -> Void) async throws {
-        let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
+        let base = try RequiredServices.postgresURL
         let url = try await TestDatabase.create(TestServices.uniqueName("leases").replacingOccurrences(of: "-", with: "_"), on: base)
         try await TestDatabase.with(url) { client in
             _ = try await EntitlementStore(client: client, logger: ingestTestLogger).migrate()

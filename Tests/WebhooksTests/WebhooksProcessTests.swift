@@ -109,14 +109,7 @@ final class WebhooksScene: @unchecked Sendable {
 @Suite(
     "Webhooks: worker, events relay, webhooks processes and receivers on loopback", .serialized,
     .requiresKafkaAndPostgres)
-struct WebhooksProcessTests {
-    let bootstrap: String
-    let postgresURL: String
-
-    init() throws {
-        (bootstrap, postgresURL) = try RequiredServices().pair
-    }
-
+struct WebhooksProcessTests: ProcessSuite {
     @Test("every event arrives signed, in sequence per subscription; a failing subscription's later events wait while the others go on; filters hold; a redirect is not followed; a silent receiver is cut off at the timeout")
     func orderedDeliveries() async throws {
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL)

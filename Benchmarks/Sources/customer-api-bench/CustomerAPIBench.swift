@@ -7,10 +7,6 @@ import Logging
 import PostgresNIO
 import TestSupport
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// The customer API's latencies with everything it needs running on this machine: the release `worker` and
 /// `customer-api` binaries (`ChildProcess.pipelineBinary`), the broker and PostgreSQL of the arguments, and a steady load of
 /// notifications produced beside it the whole time (what the workers also have to apply).
@@ -25,9 +21,9 @@ struct CustomerAPIBench {
     static func main() async throws {
         let arguments = BenchArguments(usage: "customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES] [READS] [BACKGROUND_PER_SECOND]", required: 2)
         let bootstrap = arguments[1], postgresURL = arguments[2]
-        let purchases = arguments.count > 3 ? Int(arguments[3]) ?? 200 : 200
-        let reads = arguments.count > 4 ? Int(arguments[4]) ?? 4_000 : 4_000
-        let backgroundRate = arguments.count > 5 ? Int(arguments[5]) ?? 200 : 200
+        let purchases = arguments.int(3, default: 200)
+        let reads = arguments.int(4, default: 4_000)
+        let backgroundRate = arguments.int(5, default: 200)
         var logger = Logger(label: "customer-api-bench")
         logger.logLevel = .critical
         let work = NSTemporaryDirectory() + "customer-api-bench-\(UUID().uuidString.prefix(8))"

@@ -2,10 +2,6 @@ import AppStoreNotifications
 import Foundation
 import TestSupport
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// Ingest throughput and latency next to librdkafka's raw produce rate (kcat, same broker, same 18 KB records,
 /// acks=all, idempotent) measured in the same run, and the ingest process's RSS afterwards.
 ///
@@ -15,7 +11,7 @@ struct IngestBench {
     static func main() async throws {
         let arguments = BenchArguments(usage: "ingest-bench BOOTSTRAP [REQUESTS_PER_LEVEL]", required: 1)
         let bootstrap = arguments[1]
-        let count = arguments.count > 2 ? Int(arguments[2]) ?? 5_000 : 5_000
+        let count = arguments.int(2, default: 5_000)
         let binary = ChildProcess.pipelineBinary("ingest")
         let port = TestServices.freePort()
         let topic = "bench-ingest-\(UUID().uuidString.prefix(8))"

@@ -13,8 +13,8 @@ struct KafkaBench {
     static func main() async throws {
         let arguments = BenchArguments(usage: "kafka-bench BOOTSTRAP [COUNT_1KB] [COUNT_18KB]", required: 1)
         let bootstrap = arguments[1]
-        let small = arguments.count > 2 ? Int(arguments[2]) ?? 50_000 : 50_000
-        let large = arguments.count > 3 ? Int(arguments[3]) ?? 5_000 : 5_000
+        let small = arguments.int(2, default: 50_000)
+        let large = arguments.int(3, default: 5_000)
         var logger = Logger(label: "kafka-bench")
         logger.logLevel = .warning
         print("kafka-bench: librdkafka \(Librdkafka.version), broker \(bootstrap)")

@@ -2,10 +2,7 @@ import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
-
-#if canImport(Glibc)
-import Glibc
-#endif
+import TestSupport
 
 /// How long each subscription metric takes on a volume of transactions (docs/metrics.md, docs/benchmarks.md).
 ///
@@ -20,14 +17,10 @@ import Glibc
 @main
 struct MetricsBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments.filter { $0 != "--explain" }
+        let arguments = BenchArguments(usage: "metrics-bench POSTGRES_URL [SUBSCRIPTIONS] [--explain]", required: 1, CommandLine.arguments.filter { $0 != "--explain" })
         let explain = CommandLine.arguments.contains("--explain")
-        guard arguments.count >= 2 else {
-            print("usage: metrics-bench POSTGRES_URL [SUBSCRIPTIONS] [--explain]")
-            exit(2)
-        }
         let postgresURL = arguments[1]
-        let subscriptions = arguments.count > 2 ? Int(arguments[2]) ?? 300_000 : 300_000
+        let subscriptions = arguments.int(2, default: 300_000)
         var logger = Logger(label: "metrics-bench")
         logger.logLevel = .critical
 

@@ -13,8 +13,7 @@ import TestSupport
 @main
 struct VerifyBench {
     static func main() async throws {
-        let arguments = CommandLine.arguments
-        let count = arguments.count > 1 ? Int(arguments[1]) ?? 3000 : 3000
+        let count = BenchArguments(usage: "verify-bench [N]", required: 0).int(1, default: 3000)
         let coldCount = max(50, count / 20)
 
         let authority = try TestCertificateAuthority()

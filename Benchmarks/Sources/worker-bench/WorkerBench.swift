@@ -6,10 +6,6 @@ import Logging
 import PostgresNIO
 import TestSupport
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 /// Worker throughput end to end (topic → committed rows in PostgreSQL) with 1 and 2 `worker` processes, next to
 /// the verify-only rate of the same verifier on all cores measured in the same run, and the workers' RSS; with
 /// entitlement events off and on (one worker each, same stream), and the relay's own publish rate (the outbox
@@ -26,7 +22,7 @@ struct WorkerBench {
         let arguments = BenchArguments(usage: "worker-bench BOOTSTRAP POSTGRES_URL [N]", required: 2)
         let bootstrap = arguments[1]
         let postgresURL = arguments[2]
-        let total = arguments.count > 3 ? Int(arguments[3]) ?? 100_000 : 100_000
+        let total = arguments.int(3, default: 100_000)
         let binary = ChildProcess.pipelineBinary("worker")
         let logger = {
             var logger = Logger(label: "worker-bench")
