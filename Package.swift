@@ -20,6 +20,8 @@ let postgresNIO: Target.Dependency = .product(name: "PostgresNIO", package: "pos
 let prometheus: Target.Dependency = .product(name: "Prometheus", package: "swift-prometheus")
 let serviceLifecycle: Target.Dependency = .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 let swiftASN1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-asn1")
+let mustache: Target.Dependency = .product(name: "Mustache", package: "swift-mustache")
+let bcrypt: Target.Dependency = .product(name: "HummingbirdBcrypt", package: "hummingbird-auth")
 let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
 
 let package = Package(
@@ -58,6 +60,9 @@ let package = Package(
         // The customer API's types and routes, generated from docs/customer-api.yaml (scripts/generate-customer-api.sh).
         .package(url: "https://github.com/apple/swift-openapi-runtime.git", from: "1.13.4"),
         .package(url: "https://github.com/hummingbird-project/swift-openapi-hummingbird.git", from: "2.1.0"),
+        // The operator console: templates that escape by default, and bcrypt for operators' passwords.
+        .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -78,7 +83,7 @@ let package = Package(
         // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
         .target(
             name: "EntitlementStore",
-            dependencies: ["AppStoreNotifications", postgresNIO, logging]
+            dependencies: ["AppStoreNotifications", crypto, postgresNIO, logging]
         ),
         // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
         .target(
@@ -108,6 +113,14 @@ let package = Package(
             dependencies: [
                 "AppStoreNotifications", "EntitlementEvents", "EntitlementStore", "KafkaClient", "ServiceRuntime",
                 asyncHTTPClient, crypto, hummingbird, logging, nioPosix, postgresNIO, prometheus, serviceLifecycle,
+            ]
+        ),
+        // MARK: - The operator console: a customer's whole story, dead letters, actions with their audit
+        .target(
+            name: "Console",
+            dependencies: [
+                "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime", bcrypt, hummingbird,
+                httpTypes, logging, mustache, nioPosix, postgresNIO, prometheus, serviceLifecycle, x509,
             ]
         ),
         // MARK: - What every process shares: environment reading, the service starter, ops routes and health, the HTTP
@@ -173,7 +186,7 @@ let package = Package(
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
-                "AppStoreNotifications", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
+                "AppStoreNotifications", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
                 "NotificationWorker", "PipelineOperations", "ServiceRuntime", "Webhooks", argumentParser,
             ]
         ),
@@ -188,6 +201,10 @@ let package = Package(
         .executableTarget(
             name: "customer-api",
             dependencies: ["CustomerAPI", "ServiceRuntime"]
+        ),
+        .executableTarget(
+            name: "console",
+            dependencies: ["Console", "ServiceRuntime"]
         ),
         .executableTarget(
             name: "webhooks",
@@ -209,7 +226,7 @@ let package = Package(
             dependencies: [
                 "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents",
                 "EntitlementStore", "KafkaClient", "NotificationIngest", "NotificationWorker", "PipelineOperations",
-                "ServiceRuntime", "Webhooks", "TestSupport", postgresNIO,
+                "ServiceRuntime", "Webhooks", "Console", "TestSupport", postgresNIO,
             ]
         ),
         .testTarget(
@@ -229,7 +246,7 @@ let package = Package(
 
 // A test target per service and feature module (Tests/<Module>Tests), and the end-to-end one: each links the shared
 // test library, which brings every module a process test drives.
-for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "EndToEndTests"] {
+for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
     package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO]))

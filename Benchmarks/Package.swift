@@ -24,8 +24,12 @@ let programs: [(String, [Target.Dependency])] = [
     ("ingest-bench", pipeline("AppStoreNotifications", "TestSupport")),
     ("kafka-bench", pipeline("KafkaClient", "TestSupport") + [.product(name: "Logging", package: "swift-log")]),
     ("metrics-bench", pipeline("EntitlementStore", "TestSupport") + postgresAndLogging),
-    ("customer-api-bench", pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+    ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+    ("customer-api-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
 ]
+
+let benchSupportDependencies: [Target.Dependency] = pipeline("AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging
+let benchSupport = Target.target(name: "BenchSupport", dependencies: benchSupportDependencies)
 
 let package = Package(
     name: "appstore-notification-pipeline-benchmarks",
@@ -44,7 +48,9 @@ let package = Package(
             dependencies: [.product(name: "Benchmark", package: "package-benchmark")] + pipeline("AppStoreNotifications", "TestSupport"),
             path: "Benchmarks/Verification",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "package-benchmark")]
-        )
+        ),
+        // What the process benchmarks share: the stack they start (Sources/BenchSupport).
+        benchSupport,
     ] + programs.map { name, dependencies in .executableTarget(name: name, dependencies: dependencies) }
 )
 

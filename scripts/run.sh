@@ -72,6 +72,7 @@ swift build --product demo-notifications 2>&1 | tail -1
 swift build --product fake-appstore-api 2>&1 | tail -1
 swift build --product customer-api 2>&1 | tail -1
 swift build --product webhooks 2>&1 | tail -1
+swift build --product console 2>&1 | tail -1
 bin=$(swift build --show-bin-path)
 
 log "services (fresh PostgreSQL and Kafka-protocol broker on loopback)"
@@ -281,6 +282,17 @@ echo "the ledger holds $before notifications; the ones sent during the outage ar
 "$bin/pipelinectl" backfill --bundle-id "${app%%:*}" --environment Production --since 1h --only-failures
 wait_drained
 echo "the ledger holds $(ledger) notifications after the backfill ($(( $(ledger) - before )) recovered)"
+log "the operator console: a customer's whole story (timeline with each notification's outcome and deliveries), dead letters, actions"
+console_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+console_ops=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+APPS=$app TRUSTED_ROOTS="apple,$stack/demo-root.pem" CONSOLE_HOST=127.0.0.1 CONSOLE_PORT=$console_port CONSOLE_OPS_PORT=$console_ops \
+    CONSOLE_ALLOW_HTTP=true nohup "$bin/console" >>"$stack/console.log" 2>&1 &
+echo $! >"$stack/console.pid"
+wait_ready "http://127.0.0.1:$console_ops/health/ready"
+console_password=$("$bin/pipelinectl" operators add --email demo@example.com --role support --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["password"])')
+echo "pipelinectl operators add --email demo@example.com --role support   (the one-time password is shown once; PostgreSQL keeps its bcrypt hash)"
+echo "console: http://127.0.0.1:$console_port/   sign in as demo@example.com with $console_password"
+
 log "pipelinectl test-notification: Apple → ingest → Kafka → worker → PostgreSQL in one command"
 "$bin/pipelinectl" test-notification --bundle-id "${app%%:*}" --environment Production --timeout 60s
 
@@ -293,6 +305,7 @@ cat <<EOF
   Kafka         $KAFKA_BOOTSTRAP_SERVERS   (topic $NOTIFICATIONS_TOPIC, dead letters $NOTIFICATIONS_TOPIC.dead-letter)
   webhooks      endpoint $webhook_id → http://127.0.0.1:$receiver_port/appstore (log $stack/webhook-receiver.log; ops :$webhooks_ops; docs/webhooks.md)
   customer API  http://127.0.0.1:$customer_api_port/v1/apps/${app%%:*}/customers/{customerId}   (Bearer key: pipelinectl api-keys create; docs/customer-api.md; ops :$customer_api_ops)
+  console       http://127.0.0.1:$console_port/   (demo@example.com, one-time password $console_password; docs/console.md; ops :$console_ops)
   fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log
   events        $bin/pipelinectl events tail --follow     (topic appstore.entitlement-events.v1, docs/events.md)

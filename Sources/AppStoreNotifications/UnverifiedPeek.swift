@@ -35,4 +35,30 @@ public enum UnverifiedPeek {
         guard let bytes else { return nil }
         return try? StrictJSONParser(maximumDepth: 16).parseObject(bytes)
     }
+
+    /// What a notification says it is about, for finding a dead letter (never for trust): each field only when it
+    /// is a plausible identifier.
+    public static func claims(ofNotification signedPayload: String) -> UnverifiedClaims {
+        var claims = UnverifiedClaims()
+        guard let payload = payload(of: signedPayload) else { return claims }
+        func plausible(_ value: JSONValue?) -> String? { value?.stringValue.flatMap { isPlausibleKey($0) ? $0 : nil } }
+        claims.notificationUUID = plausible(payload["notificationUUID"])
+        claims.notificationType = plausible(payload["notificationType"])
+        let data = payload["data"]?.objectValue
+        claims.bundleId = plausible(data?["bundleId"])
+        if let nested = data?["signedTransactionInfo"]?.stringValue, let transaction = self.payload(of: nested) {
+            claims.originalTransactionId = plausible(transaction["originalTransactionId"])
+        }
+        return claims
+    }
+}
+
+/// The identifiers an unverified notification claims (`UnverifiedPeek.claims`).
+public struct UnverifiedClaims: Sendable, Hashable {
+    public var notificationUUID: String?
+    public var notificationType: String?
+    public var bundleId: String?
+    public var originalTransactionId: String?
+
+    public init() {}
 }

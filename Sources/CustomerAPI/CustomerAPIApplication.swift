@@ -37,15 +37,8 @@ public func buildCustomerAPIServices(
     producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, configuration.applyTimeoutMilliseconds)
     producerConfiguration.lingerMilliseconds = 1
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
-    var appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient] = [:]
-    if let variables = shared.appStoreVariables {
-        for environment in Set(shared.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
-            var apiConfiguration = try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment)
-            // A request of a backend waits at most this long for Apple's turn, then gets 503 with Retry-After.
-            apiConfiguration.rateLimits.maximumWait = .seconds(2)
-            appStore[environment] = AppStoreServerAPIClient(configuration: apiConfiguration, logger: logger)
-        }
-    }
+    // A request of a backend waits at most 2 s for Apple's turn, then gets 503 with Retry-After.
+    let appStore = try shared.appStoreClients(maximumWait: .seconds(2), logger: logger)
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
         configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic),
@@ -114,15 +107,5 @@ struct AppleTokenRetrier: Service {
                 }
             }
         }
-    }
-}
-
-/// Closes the App Store Server API clients when the process stops.
-struct AppStoreClients: Service {
-    let clients: [AppStoreServerAPIClient]
-
-    func run() async throws {
-        try? await gracefulShutdown()
-        for client in clients { await client.shutdown() }
     }
 }

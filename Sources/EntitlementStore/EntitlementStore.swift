@@ -17,6 +17,8 @@ public struct StoredNotification: Sendable {
     public var receivedAt: Timestamp?
     /// Where it came from: `ingest` (POSTed by Apple) or `history` (fetched by a backfill); the record's `source` header.
     public var source: String?
+    /// Re-driven from a dead letter (the record has a `redriven-from` header): a delivery, but not Apple's.
+    public var redriven = false
     /// The JWS taken apart for the archive (certificate chains once, payloads as JSON text), or nil when it does not
     /// rebuild exactly and is archived raw. Given by the worker (taken apart in its parallel verify tasks: `archived:`
     /// `.some(nil)` means "tried, archive it raw"), else computed here.
@@ -55,10 +57,39 @@ public struct StoredNotification: Sendable {
 public struct DeadLetteredRecord: Sendable, Hashable {
     public var position: RecordPosition
     public var errorCode: String
+    /// The verifier's reason, the identifiers the payload claims (unverified) and the payload itself (at most
+    /// `DeadLetteredRecord.payloadLimit` bytes), for the console's dead letters and timelines.
+    public var reason: String?
+    public var claims = UnverifiedClaims()
+    public var payload: String?
+    public var receivedAt: Timestamp?
+    /// Re-driven from an earlier dead letter: not one of Apple's deliveries.
+    public var redriven = false
 
-    public init(position: RecordPosition, errorCode: String) {
+    /// Its row for `dead_lettered_records` (jsonb refuses U+0000, which attacker text may hold: dropped).
+    var row: JSONValue {
+        func text(_ value: String?) -> JSONValue { value.map { .string($0.replacingOccurrences(of: "\u{0}", with: "")) } ?? .null }
+        return .object(JSONObject([
+            "t": .string(position.topic), "p": .number(JSONNumber(Int64(position.partition))), "o": .number(JSONNumber(position.offset)),
+            "c": text(errorCode), "r": text(reason), "u": text(claims.notificationUUID), "nt": text(claims.notificationType), "b": text(claims.bundleId),
+            "ot": text(claims.originalTransactionId), "ra": receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null, "pl": text(payload),
+            "rd": .bool(redriven),
+        ]))
+    }
+
+    /// Larger payloads are kept up to here (ingest refuses bodies over 1 MiB; Apple's are under 20 KB).
+    public static let payloadLimit = 65_536
+
+    public init(position: RecordPosition, errorCode: String, reason: String? = nil, payload: [UInt8] = [], receivedAt: Timestamp? = nil) {
         self.position = position
         self.errorCode = errorCode
+        self.reason = reason
+        self.receivedAt = receivedAt
+        if !payload.isEmpty {
+            let text = String(decoding: payload.prefix(Self.payloadLimit), as: UTF8.self)
+            self.payload = text
+            claims = UnverifiedPeek.claims(ofNotification: text)
+        }
     }
 }
 
@@ -174,6 +205,7 @@ public struct EntitlementStore: Sendable {
         var outcome = BatchOutcome()
         try await recordDeadLetters(deadLettered, on: connection)
         guard !batch.isEmpty else { return outcome }
+        try await recordDeliveries(batch, on: connection)
         let firstSeen = try await claimInLedger(batch, outcome: &outcome, on: connection)
         guard !firstSeen.isEmpty else { return outcome }
         let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
@@ -191,9 +223,35 @@ public struct EntitlementStore: Sendable {
         let ordered = deadLettered.sorted { $0.position < $1.position }
         try await connection.query(
             """
-            INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code)
-            SELECT * FROM unnest(\(ordered.map(\.position.topic))::text[], \(ordered.map(\.position.partition))::integer[],
-                \(ordered.map(\.position.offset))::bigint[], \(ordered.map(\.errorCode))::text[])
+            INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code, reason, notification_uuid,
+                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven)
+            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd
+            FROM jsonb_to_recordset(\(JSONValue.array(ordered.map(\.row)).serialized)::jsonb)
+                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean)
+            ORDER BY d.t, d.p, d.o
+            ON CONFLICT DO NOTHING
+            """,
+            logger: logger)
+    }
+
+    /// Every record of the batch is a delivery of its notification (duplicates too), keyed by its position: a
+    /// redelivered batch or a replay counts nothing twice. What the console's `deliveries` counts.
+    func recordDeliveries(_ batch: [StoredNotification], on connection: PostgresConnection) async throws {
+        let rows: [JSONValue] = batch.compactMap { record in
+            guard let topic = record.kafkaTopic, let partition = record.kafkaPartition, let offset = record.kafkaOffset else { return nil }
+            return .object(JSONObject([
+                "t": .string(topic), "p": .number(JSONNumber(Int64(partition))), "o": .number(JSONNumber(offset)), "u": .string(record.deduplicationKey),
+                "s": record.source.map(JSONValue.string) ?? .null, "r": record.receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null,
+                "d": .bool(record.redriven),
+            ]))
+        }
+        guard !rows.isEmpty else { return }
+        try await connection.query(
+            """
+            INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, source, redriven, received_at)
+            SELECT d.t, d.p, d.o, d.u, d.s, d.d, to_timestamp(d.r / 1000.0)
+            FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb) AS d(t text, p integer, o bigint, u text, s text, d boolean, r bigint)
+            ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,
             logger: logger)
@@ -277,6 +335,8 @@ public struct EntitlementStore: Sendable {
         var events: [EntitlementEvent] = []
         /// Rows whose event_sequence moved without a state change (a transfer of a row the batch did not change).
         var sequenceOnly: Set<EntitlementKey> = []
+        /// Each new notification's outcome, by deduplication key.
+        var outcomes: [String: String] = [:]
 
         mutating func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
             if changedSet.insert(key).inserted { changed.append(key) }
@@ -327,6 +387,7 @@ public struct EntitlementStore: Sendable {
                     changes.events.append(event)
                 }
             }
+            changes.outcomes[notification.deduplicationKey] = "applied"
             guard let key = notification.entitlementKey else { continue }
             let tokenBefore = changes.current[key]?.state.appAccountToken
             switch EntitlementTransition.apply(notification.verified, to: changes.current[key]?.state) {
@@ -342,6 +403,7 @@ public struct EntitlementStore: Sendable {
                 }
             case .stale:
                 outcome.stale += 1
+                changes.outcomes[notification.deduplicationKey] = "unchanged"
             case .notApplicable:
                 break
             }
@@ -356,7 +418,22 @@ public struct EntitlementStore: Sendable {
             }
         }
         try await writeEntitlements(changes, on: connection)
+        try await recordOutcomes(changes.outcomes, on: connection)
         return changes.events
+    }
+
+    /// Each new notification's outcome in the ledger (`applied`, or `unchanged`: the row was already past it or
+    /// equal), in the transaction that decided it: the console's timeline reads it.
+    func recordOutcomes(_ outcomes: [String: String], on connection: PostgresConnection) async throws {
+        guard !outcomes.isEmpty else { return }
+        let rows = outcomes.sorted { $0.key < $1.key }.map { JSONValue.object(JSONObject(["u": .string($0.key), "o": .string($0.value)])) }
+        try await connection.query(
+            """
+            UPDATE notification_ledger l SET outcome = o.o
+            FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb) AS o(u text, o text)
+            WHERE l.notification_uuid = o.u
+            """,
+            logger: logger)
     }
 
     /// Each changed row's final state, in key order (the order the rows were locked in: no deadlock between two

@@ -548,5 +548,6 @@ public enum Migrations {
         Migration(version: 15, name: "webhook deliveries: lease token", sql: [
             "ALTER TABLE webhook_deliveries ADD COLUMN lease_token uuid",
         ]),
+        console,
     ]
 }

@@ -158,14 +158,18 @@ public final class NotificationWorker: Service, Sendable {
                     metrics.unknownValue(field: unknown.field)
                     logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(UntrustedText.quoted(unknown.rawValue))"])
                 }
-                stored.append(
-                    StoredNotification(
-                        verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic,
-                        kafkaPartition: message.partition, kafkaOffset: message.offset,
-                        receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
-                        source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived))
+                var notification = StoredNotification(
+                    verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic, kafkaPartition: message.partition, kafkaOffset: message.offset,
+                    receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
+                    source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
+                notification.redriven = message.headers.string(RedriveHeader.from) != nil
+                stored.append(notification)
             case .failure(let error):
-                let record = DeadLetteredRecord(position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code)
+                var record = DeadLetteredRecord(
+                    position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code,
+                    reason: error.reason, payload: message.value,
+                    receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)))
+                record.redriven = message.headers.string(RedriveHeader.from) != nil
                 deadLettered.append(record)
                 pendingDeadLetters.append((record, deadLetter(message, error)))
             }
@@ -237,7 +241,9 @@ public final class NotificationWorker: Service, Sendable {
                         topic: position.topic, partition: position.partition, offset: position.offset, key: nil, value: record.signedPayloadBytes,
                         headers: [], timestamp: nil, code: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state)): \(message)", cause: state)
                     _ = try await deadLetters.sendAndAwait(letter)
-                    positionsToRecord.append(DeadLetteredRecord(position: position, errorCode: "storeRejected"))
+                    positionsToRecord.append(DeadLetteredRecord(
+                        position: position, errorCode: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state))", payload: record.signedPayloadBytes,
+                        receivedAt: record.receivedAt))
                     metrics.deadLettered(code: "storeRejected")
                     logger.error("dead-lettered a record PostgreSQL refuses", metadata: ["sqlstate": "\(state)", "partition": "\(position.partition)", "offset": "\(position.offset)"])
                 }

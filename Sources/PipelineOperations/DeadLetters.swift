@@ -88,17 +88,6 @@ public struct DeadLetterScan: Sendable {
 }
 
 public enum DeadLetterOperations {
-    /// The dead letters matching the filters, oldest first, one per original record: a record dead-lettered
-    /// twice (sent again by a worker killed between the broker's acknowledgement and its commit, or written before
-    /// the positions were recorded) is listed and re-driven once.
-    public static func list(_ records: [KafkaConsumerMessage], since: Int64?, errorCode: String?) -> [DeadLetter] {
-        var seen: Set<RecordPosition> = []
-        return records.map(DeadLetter.init)
-            .filter { letter in (since.map { letter.time >= $0 } ?? true) && (errorCode.map { letter.errorCode == $0 } ?? true) }
-            .sorted { ($0.time, $0.position) < ($1.time, $1.position) }
-            .filter { letter in letter.original.map { seen.insert($0).inserted } ?? true }
-    }
-
     /// The record to re-publish: value and key unchanged, ingest's headers kept, the worker's error headers
     /// dropped (a new failure adds fresh ones), and the re-drive recorded.
     public static func redriveRecord(_ letter: DeadLetter, to topic: String, now: Int64) -> KafkaProducerMessage {

@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import Foundation
 
 /// A configuration value that is missing or malformed. Start-up fails with it, naming the variable.
@@ -40,6 +41,15 @@ public struct EnvironmentReader: Sendable {
             throw ConfigurationError(variable: key, reason: "\"\(text)\" is not a whole number in \(range.lowerBound)...\(range.upperBound)")
         }
         return value
+    }
+
+    /// A duration as operators write it (`90s`, `30m`, `24h`, `7d`: `DurationText`), or `defaultValue` when unset.
+    public func duration(_ key: String, default defaultValue: Duration) throws(ConfigurationError) -> Duration {
+        guard let text = optionalString(key) else { return defaultValue }
+        guard let milliseconds = DurationText.milliseconds(text) else {
+            throw ConfigurationError(variable: key, reason: "\(UntrustedText.quoted(text, limit: 40)) is not a duration (e.g. 90s, 30m, 24h, 7d)")
+        }
+        return .milliseconds(milliseconds)
     }
 
     public func bool(_ key: String, default defaultValue: Bool) throws(ConfigurationError) -> Bool {

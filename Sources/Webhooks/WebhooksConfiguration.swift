@@ -74,8 +74,8 @@ public struct WebhooksConfiguration: Sendable {
             configuration.retrySchedule = delays.map { .milliseconds($0!) }
         }
         configuration.disableAfterFailures = try environment.int("WEBHOOK_DISABLE_AFTER_FAILURES", default: configuration.disableAfterFailures, range: 1...10_000)
-        configuration.secretRotationOverlap = try duration(environment, "WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
-        configuration.deliveryRetention = try duration(environment, "WEBHOOK_DELIVERY_RETENTION", default: configuration.deliveryRetention)
+        configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
+        configuration.deliveryRetention = try environment.duration("WEBHOOK_DELIVERY_RETENTION", default: configuration.deliveryRetention)
         configuration.concurrency = try environment.int("WEBHOOKS_CONCURRENCY", default: configuration.concurrency, range: 1...256)
         configuration.maximumInFlightPerEndpoint = try environment.int(
             "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
@@ -91,17 +91,9 @@ public struct WebhooksConfiguration: Sendable {
     public static func toolSettings(_ environment: EnvironmentReader) throws(ConfigurationError) -> WebhooksConfiguration {
         var configuration = WebhooksConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl"))
         configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
-        configuration.secretRotationOverlap = try duration(environment, "WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
+        configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
         configuration.timeout = .milliseconds(try environment.int("WEBHOOK_TIMEOUT_MS", default: 10_000, range: 100...300_000))
         return configuration
-    }
-
-    static func duration(_ environment: EnvironmentReader, _ key: String, default value: Duration) throws(ConfigurationError) -> Duration {
-        guard let text = environment.optionalString(key) else { return value }
-        guard let milliseconds = DurationText.milliseconds(text) else {
-            throw ConfigurationError(variable: key, reason: "\(UntrustedText.quoted(text, limit: 40)) is not a duration (e.g. 24h, 90m, 7d)")
-        }
-        return .milliseconds(milliseconds)
     }
 
     /// The delay before retry number `attempt` (1-based) with ±20 % jitter, or nil when the schedule is exhausted.

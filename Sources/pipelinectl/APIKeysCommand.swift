@@ -39,19 +39,15 @@ struct APIKeysCommand: AsyncParsableCommand {
             }
             let key = APIKeySecret.generate()
             let (name, scope, bundleIds) = (name, scope, bundleId)
-            try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            try await connection.withMigratedStore { store in
                 try await store.customers.createAPIKey(id: key.id, name: name, secretSHA256: key.hash, scope: scope, bundleIds: bundleIds)
             }
-            if json {
-                printJSON(.object(JSONObject([
-                    "id": .string(key.id), "name": .string(name), "secret": .string(key.text), "scope": .string(scope),
-                    "bundleIds": .array(bundleIds.map { .string($0) }),
-                ])))
-            } else {
-                print("created \(key.id) (\(scope), \(bundleIds.isEmpty ? "every app" : bundleIds.joined(separator: ", ")))")
-                print("key (shown once): \(key.text)")
-            }
+            printCreated(
+                json: json,
+                JSONObject([
+                    "id": .string(key.id), "name": .string(name), "secret": .string(key.text), "scope": .string(scope), "bundleIds": .array(bundleIds.map { .string($0) }),
+                ]),
+                summary: "created \(key.id) (\(scope), \(bundleIds.isEmpty ? "every app" : bundleIds.joined(separator: ", ")))", secret: ("key", key.text))
         }
     }
 
@@ -62,8 +58,7 @@ struct APIKeysCommand: AsyncParsableCommand {
         @Flag(help: "Print JSON.") var json = false
 
         func run() async throws {
-            let keys = try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            let keys = try await connection.withMigratedStore { store in
                 return try await store.customers.apiKeys()
             }
             func time(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
@@ -93,8 +88,7 @@ struct APIKeysCommand: AsyncParsableCommand {
 
         func run() async throws {
             let id = id
-            let revoked = try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            let revoked = try await connection.withMigratedStore { store in
                 return try await store.customers.revokeAPIKey(id: id)
             }
             guard revoked else { throw ToolFailure("no active key \(UntrustedText.quoted(id))") }

@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import ArgumentParser
+import EntitlementStore
 import Foundation
 import Logging
 import AppStorePull
@@ -22,6 +23,14 @@ struct ConnectionOptions: ParsableArguments {
     @Option(help: "The dead-letter topic (default: $DEAD_LETTER_TOPIC or the topic + .dead-letter).")
     var deadLetterTopic: String?
 
+    /// Runs `body` with a store on `--postgres-url` whose schema is current (else the error says to migrate).
+    func withMigratedStore<T: Sendable>(_ body: @Sendable (EntitlementStore) async throws -> T) async throws -> T {
+        try await configuration().withStore(logger: toolLogger) { store in
+            try await requireMigrated(store)
+            return try await body(store)
+        }
+    }
+
     func configuration() throws -> OperationsConfiguration {
         var environment = ProcessInfo.processInfo.environment
         if let bootstrapServers { environment["KAFKA_BOOTSTRAP_SERVERS"] = bootstrapServers }
@@ -43,6 +52,14 @@ let toolLogger: Logger = {
 /// Prints one JSON document on stdout.
 func printJSON(_ value: JSONValue) {
     print(value.serialized)
+}
+
+/// What a command created, with a secret shown once: `object` as JSON with `--json`, else `summary` and the secret
+/// on a line of its own that says it will not be shown again.
+func printCreated(json: Bool, _ object: JSONObject, summary: String, secret: (label: String, value: String)) {
+    if json { return printJSON(.object(object)) }
+    print(summary)
+    print("\(secret.label) (shown once): \(secret.value)")
 }
 
 func jsonValue(_ string: String?) -> JSONValue { string.map { .string($0) } ?? .null }

@@ -70,8 +70,7 @@ struct MetricsCommand: AsyncParsableCommand {
         let query = MetricQuery(from: start, to: end, bucket: bucket, environment: environment, bundleId: bundleId, productId: productId,
                                 storefront: storefront, currency: currency)
         let timeout = statementTimeoutMs
-        let table = try await connection.configuration().withStore(logger: toolLogger) { store in
-            try await requireMigrated(store)
+        let table = try await connection.withMigratedStore { store in
             var table = MetricTable(columns: metric.columns, rows: [])
             for (index, piece) in pieces.enumerated() {
                 var part = query
@@ -172,8 +171,7 @@ struct ProductsCommand: AsyncParsableCommand {
         @Flag(help: "Print JSON.") var json = false
 
         func run() async throws {
-            let entries = try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            let entries = try await connection.withMigratedStore { store in
                 try await store.metrics.refreshProductCatalog()
                 return try await store.metrics.productCatalog()
             }
@@ -206,8 +204,7 @@ struct ProductsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let (productId, duration) = (productId, duration)
-            try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            try await connection.withMigratedStore { store in
                 try await store.metrics.setProductDuration(productId: productId, duration: duration)
             }
             print("\(productId): \(duration) (manual)")
@@ -219,8 +216,7 @@ struct ProductsCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
 
         func run() async throws {
-            let count = try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            let count = try await connection.withMigratedStore { store in
                 return try await store.metrics.refreshProductCatalog()
             }
             print("\(count) product(s) observed")
@@ -243,8 +239,7 @@ struct ExchangeRatesCommand: AsyncParsableCommand {
 
         func run() async throws {
             let rates = try Self.parse(String(contentsOfFile: fromFile, encoding: .utf8))
-            let count = try await connection.configuration().withStore(logger: toolLogger) { store in
-                try await requireMigrated(store)
+            let count = try await connection.withMigratedStore { store in
                 return try await store.metrics.loadExchangeRates(rates)
             }
             print("loaded \(count) rate(s)")

@@ -23,8 +23,7 @@ struct WebhooksCommand: AsyncParsableCommand {
     }
 
     static func withWebhookStore<T: Sendable>(_ connection: ConnectionOptions, _ body: @Sendable (WebhookStore) async throws -> T) async throws -> T {
-        try await connection.configuration().withStore(logger: toolLogger) { store in
-            try await requireMigrated(store)
+        try await connection.withMigratedStore { store in
             return try await body(WebhookStore(client: store.client, logger: toolLogger))
         }
     }
@@ -80,14 +79,9 @@ struct WebhooksCommand: AsyncParsableCommand {
                 id: "we_" + Hex.encode((0..<6).map { _ in UInt8.random(in: 0...255) }), url: target.url.absoluteString, description: description,
                 bundleIds: bundleId, environment: environment, eventTypes: type, allowHTTP: allowHttp, secret: WebhookSignature.generateSecret())
             try await WebhooksCommand.withWebhookStore(connection) { store in try await store.addEndpoint(endpoint) }
-            if json {
-                guard case .object(var object) = WebhooksCommand.json(endpoint) else { return }
-                object["secret"] = .string(endpoint.secret)
-                printJSON(.object(object))
-            } else {
-                print("added \(endpoint.id) → \(endpoint.url)")
-                print("signing secret (shown once): \(endpoint.secret)")
-            }
+            guard case .object(var object) = WebhooksCommand.json(endpoint) else { return }
+            object["secret"] = .string(endpoint.secret)
+            printCreated(json: json, object, summary: "added \(endpoint.id) → \(endpoint.url)", secret: ("signing secret", endpoint.secret))
         }
     }
 

@@ -8,6 +8,7 @@ import Prometheus
 import TestSupport
 import Testing
 @testable import Webhooks
+import Console
 
 @testable import AppStorePull
 @testable import NotificationIngest
@@ -28,6 +29,7 @@ struct DeploymentConsistencyTests {
         "worker": WorkerConfiguration.environmentKeys,
         "customer-api": CustomerAPIConfiguration.environmentKeys,
         "webhooks": WebhooksConfiguration.environmentKeys,
+        "console": ConsoleConfiguration.environmentKeys,
         "pipelinectl": OperationsConfiguration.environmentKeys,
     ]
     static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
@@ -35,28 +37,24 @@ struct DeploymentConsistencyTests {
     static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
     static let defaultCustomerAPI = CustomerAPIConfiguration(shared: PipelineSettings(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
     static let defaultWebhooksPort = WebhooksConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
+    static let defaultConsole = ConsoleConfiguration(shared: PipelineSettings(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
 
     /// The ports a service process listens on (`all`) and the one serving `/health/*` and `/metrics` (`ops`),
     /// from its environment and defaults; nil for a process that serves nothing (pipelinectl).
     static func ports(of executable: String, environment: [String: String]) -> (all: [Int], ops: Int)? {
-        switch executable {
-        case "ingest":
-            let port = environment["INGEST_PORT"].flatMap(Int.init) ?? defaultIngestPort
-            return ([port], port)
-        case "worker":
-            let port = environment["WORKER_OPS_PORT"].flatMap(Int.init) ?? defaultWorkerPort
-            return ([port], port)
-        case "customer-api":
-            let api = environment["CUSTOMER_API_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.port
-            let ops = environment["CUSTOMER_API_OPS_PORT"].flatMap(Int.init) ?? defaultCustomerAPI.opsPort
-            return ([api, ops], ops)
-        case "webhooks":
-            let port = environment["WEBHOOKS_OPS_PORT"].flatMap(Int.init) ?? defaultWebhooksPort
-            return ([port], port)
-        default:
-            return nil
-        }
+        guard let listeners = listeners[executable] else { return nil }
+        let all = listeners.map { variable, port in environment[variable].flatMap(Int.init) ?? port }
+        return (all, all[all.count - 1])
     }
+
+    /// Each service's listening ports: the variable that sets it and its default; the last one serves the ops routes.
+    static let listeners: [String: [(String, Int)]] = [
+        "ingest": [("INGEST_PORT", defaultIngestPort)],
+        "worker": [("WORKER_OPS_PORT", defaultWorkerPort)],
+        "customer-api": [("CUSTOMER_API_PORT", defaultCustomerAPI.port), ("CUSTOMER_API_OPS_PORT", defaultCustomerAPI.opsPort)],
+        "webhooks": [("WEBHOOKS_OPS_PORT", defaultWebhooksPort)],
+        "console": [("CONSOLE_PORT", defaultConsole.port), ("CONSOLE_OPS_PORT", defaultConsole.opsPort)],
+    ]
 
     static func reads(_ process: String, _ variable: String) -> Bool {
         (processes[process] ?? []).contains { key in
@@ -127,7 +125,7 @@ struct DeploymentConsistencyTests {
                 #expect([OperationsRoutes.live, OperationsRoutes.ready].contains(target.1), "\(name)'s health check calls \(target.1), not a health route")
             }
         }
-        #expect(ours == 6, "migrate, ingest, worker, customer-api, webhooks and the catch-up backfill are built from the image")
+        #expect(ours == 7, "migrate, ingest, worker, customer-api, webhooks, console and the catch-up backfill are built from the image")
         #expect((services["webhooks"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 2, "the webhooks service is scaled horizontally")
         #expect((services["customer-api"]?["deploy"] as? [String: Any])?["replicas"] as? Int == 2, "the customer API is scaled horizontally")
         #expect(services["catch-up"]?["profiles"] as? [String] == ["catch-up"], "the catch-up needs a key: off unless its profile is asked for")
@@ -268,13 +266,13 @@ struct DeploymentConsistencyTests {
         let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
         #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
         #expect(named("PodDisruptionBudget").count == 1 && named("Job").count == 1)
-        #expect(Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api"], "ingest and the customer API are reachable as Services")
+        #expect(Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api", "appstore-console"], "ingest, the customer API and the console are reachable as Services")
         #expect(Set(named("PodDisruptionBudget").map(name)) == ["appstore-worker"])
         #expect(Set(named("CronJob").map(name)) == ["appstore-pipeline-catch-up", "appstore-pipeline-reconcile"], "the automatic catch-up and the nightly reconcile")
         for cronJob in named("CronJob") {
             #expect((cronJob["spec"] as? [String: Any])?["concurrencyPolicy"] as? String == "Forbid", "\(name(cronJob)): one pass at a time")
         }
-        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort].sorted())
+        #expect(deploymentPorts.values.sorted() == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort, Self.defaultConsole.opsPort].sorted())
     }
 
     // MARK: - Interfaces
@@ -388,7 +386,10 @@ struct DeploymentConsistencyTests {
         #expect(shipped.compare("2.2.0", options: .numeric) != .orderedAscending, "\(runtimeBase) ships librdkafka \(shipped), below 2.2")
         #expect(text.contains("ARG LIBRDKAFKA_MINIMUM=2.2.0") && text.contains("dpkg --compare-versions"), "the image build checks the installed version")
         let exposed = text.split(separator: "\n").filter { $0.hasPrefix("EXPOSE") }.flatMap { $0.split(separator: " ").dropFirst().compactMap { Int($0) } }
-        #expect(Set(exposed) == [Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.port, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort])
+        #expect(Set(exposed) == [
+            Self.defaultIngestPort, Self.defaultWorkerPort, Self.defaultCustomerAPI.port, Self.defaultCustomerAPI.opsPort, Self.defaultWebhooksPort, Self.defaultConsole.port,
+            Self.defaultConsole.opsPort,
+        ])
     }
 
     @Test("the Grafana dashboard plots only metrics the services export")

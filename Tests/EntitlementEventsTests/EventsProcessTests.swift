@@ -22,7 +22,7 @@ import PipelineTestSupport
 @Suite(
     "Entitlement events through worker processes", .serialized,
     .requiresKafkaAndPostgres)
-struct EventsProcessTests {
+struct EventsProcessTests: ProcessSuite {
     /// The decisive fields at `time`, written out here rather than taken from the code under test.
     static func expectedFields(_ state: EntitlementState, at time: Int64) -> JSONObject {
         func date(_ t: Timestamp?) -> JSONValue { t.map { .string($0.rfc3339Milliseconds) } ?? .null }
@@ -97,8 +97,6 @@ struct EventsProcessTests {
 
     @Test("lifecycles with duplicates and stale deliveries: each subscription's events in order, chained, none for duplicates; kill -9 and replay add no new ids")
     func lifecycles() async throws {
-        let bootstrap = try RequiredServices.bootstrap
-        let postgresURL = try RequiredServices.postgresURL
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 4)
         let verifier = try SignedPayloadVerifier(configuration: .init(

@@ -15,11 +15,9 @@ import PipelineTestSupport
 @Suite(
     "Worker: a record the database refuses", .serialized,
     .requiresKafkaAndPostgres)
-struct WorkerPoisonRecordTests {
+struct WorkerPoisonRecordTests: ProcessSuite {
     @Test("a verified notification holding U+0000 (jsonb refuses it, SQLSTATE 22P05) is dead-lettered once; its batch-mates are stored")
     func nulCharacter() async throws {
-        let bootstrap = try RequiredServices.bootstrap
-        let postgresURL = try RequiredServices.postgresURL
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 1)
         let events = NotificationMinter.lifecycleEvents(subscriptions: 12)

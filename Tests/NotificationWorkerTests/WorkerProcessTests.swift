@@ -15,13 +15,11 @@ import PipelineTestSupport
 @Suite(
     "Worker processes: faults, replay, duplicates, out-of-order", .serialized,
     .requiresKafkaAndPostgres)
-struct WorkerProcessTests {
+struct WorkerProcessTests: ProcessSuite {
     /// A stream of realistic lifecycles with ~10 % duplicates, plus forged records, produced once; each phase
     /// reads all of it with a group and a database of its own (or, for the replay, the reference's again).
     @Test("kill -9 mid-stream, PostgreSQL stopped mid-stream, and a replay from earliest all end in the undisturbed database")
     func faults() async throws {
-        let bootstrap = try RequiredServices.bootstrap
-        let postgresURL = try RequiredServices.postgresURL
         let privatePostgres = try #require(PrivatePostgres(), "PIPELINE_PG_BIN is not set: run through scripts/test.sh")
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 4)
@@ -138,8 +136,6 @@ struct WorkerProcessTests {
     /// renewal after a newer expiry, end in the same entitlements, transactions and archive.
     @Test("duplicates and out-of-order delivery leave exactly the state of one in-order delivery")
     func duplicatesAndOutOfOrder() async throws {
-        let bootstrap = try RequiredServices.bootstrap
-        let postgresURL = try RequiredServices.postgresURL
         let inOrder = try WorkerProcessFixture(bootstrap: bootstrap)
         let events = NotificationMinter.lifecycleEvents(subscriptions: 40)
         let bodies = events.map { NotificationMinter.body(inOrder.minter.signedNotification($0)) }

@@ -18,7 +18,7 @@ import PipelineTestSupport
 @Suite(
     "Worker processes: the shared vectors end to end", .serialized,
     .requiresKafkaAndPostgres)
-struct WorkerVectorProcessTests {
+struct WorkerVectorProcessTests: ProcessSuite {
     struct Vector {
         var name: String
         var body: [UInt8]
@@ -29,8 +29,6 @@ struct WorkerVectorProcessTests {
 
     @Test("every generated vector: accepts stored exactly as decoded, rejects dead-lettered with the library's code")
     func vectors() async throws {
-        let bootstrap = try RequiredServices.bootstrap
-        let postgresURL = try RequiredServices.postgresURL
         let directory = sharedVectors.appendingPathComponent("generated")
         let rootFile = directory.appendingPathComponent("test-root-ca.der").path
         let fixture = try WorkerProcessFixture(bootstrap: bootstrap)

@@ -1,0 +1,62 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import Hummingbird
+import KafkaClient
+import Logging
+import PostgresNIO
+import Prometheus
+import ServiceLifecycle
+import ServiceRuntime
+
+/// Builds the console's services, in start order (a ServiceGroup stops them in reverse): the PostgreSQL pool, a producer to the notifications topic (re-drives and reconcile
+/// snapshots go through the workers like every record), the App Store clients when `APPSTORE_*` is set (reconcile),
+/// the pages' server and the ops server (`/health/ready`: PostgreSQL answers with the schema current).
+public func buildConsoleServices(configuration: ConsoleConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
+    let shared = configuration.shared
+    let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
+    var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
+    producerConfiguration.lingerMilliseconds = 1
+    let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+    let appStore = try shared.appStoreClients(maximumWait: .seconds(5), logger: logger)
+    let entitlements = EntitlementStore(client: postgres, logger: logger)
+    let actions = ConsoleActions(producer: producer, topic: shared.topic, appStore: appStore, entitlements: entitlements, logger: logger)
+    let pages = ConsolePages(
+        configuration: configuration, store: entitlements.console, actions: actions, metrics: ConsoleMetrics(registry: registry), logger: logger,
+        limiter: LoginLimiter(window: configuration.loginWindow))
+    let router = Router(context: ConsoleRequestContext.self)
+    pages.register(on: router)
+    let server = Application(
+        router: router,
+        configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-console"),
+        logger: logger)
+
+    let database = CachedProbe(ttl: .seconds(2)) { (try? await entitlements.pendingMigrations().isEmpty) ?? false }
+    let opsRouter = Router()
+    OperationsRoutes.add(to: opsRouter, registry: registry) {
+        await database.value() ? nil : "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)"
+    }
+    let ops = Application(
+        router: opsRouter,
+        configuration: .init(address: .hostname(configuration.host, port: configuration.opsPort), serverName: "appstore-console-ops"),
+        logger: logger)
+    return [postgres, AppStoreClients(clients: Array(appStore.values)), producer, server, ops]
+}
+
+/// Requests and actions, by route and outcome (bounded labels).
+struct ConsoleMetrics: Sendable {
+    let registry: PrometheusCollectorRegistry
+
+    func request(route: String, status: Int) {
+        registry.makeCounter(descriptor: .init(metricName: "console_requests", unitName: "total", helpText: "Console requests by route and status"), labels: [("route", route), ("status", String(status))]).increment()
+    }
+
+    func action(_ action: String, outcome: String) {
+        registry.makeCounter(descriptor: .init(metricName: "console_actions", unitName: "total", helpText: "Operator actions by outcome"), labels: [("action", action), ("outcome", outcome)]).increment()
+    }
+
+    func login(_ outcome: String) {
+        registry.makeCounter(descriptor: .init(metricName: "console_logins", unitName: "total", helpText: "Sign-ins by outcome (ok, refused, limited)"), labels: [("outcome", outcome)]).increment()
+    }
+}

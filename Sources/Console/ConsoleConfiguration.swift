@@ -1,0 +1,72 @@
+import AppStoreNotifications
+import Foundation
+import ServiceRuntime
+
+/// Everything the console is configured with. It reads PostgreSQL and, for re-drives, writes to the notifications
+/// topic; the shared settings are the worker's (`PipelineSettings`).
+public struct ConsoleConfiguration: Sendable {
+    /// `CONSOLE_HOST` / `CONSOLE_PORT`: where the pages are served (port 0: any free port, for tests).
+    public var host = "0.0.0.0"
+    public var port = 8090
+    /// `CONSOLE_OPS_PORT`: `/health/live`, `/health/ready` and `/metrics`, apart from the pages (default 8091).
+    public var opsPort = 8091
+    /// `CONSOLE_SESSION_IDLE`: a session unused this long is over (default 30m; `90s`, `30m`, `8h`).
+    public var sessionIdle: Duration = .seconds(30 * 60)
+    /// `CONSOLE_ALLOW_HTTP`: serve plain http (loopback, tests). Otherwise a request must have come through TLS
+    /// (`X-Forwarded-Proto: https` from the proxy in front), or it is refused.
+    public var allowHTTP = false
+    /// `CONSOLE_LOGIN_ATTEMPTS`: failed logins allowed per account in `CONSOLE_LOGIN_WINDOW` before 429 (10; the
+    /// window 15m); `CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS`: per client address (50: several operators may share one).
+    public var loginAttempts = 10
+    public var loginAttemptsPerAddress = 50
+    /// `CONSOLE_TRUST_FORWARDED_FOR`: the client address is the first of `X-Forwarded-For` (set it only behind a
+    /// proxy that writes that header), not the connection's peer.
+    public var trustForwardedFor = false
+    public var loginWindow: Duration = .seconds(15 * 60)
+    /// `CONSOLE_PAGE_SIZE`: timeline rows per page (50).
+    public var pageSize = 50
+    public var shared: PipelineSettings
+
+    public init(shared: PipelineSettings) {
+        self.shared = shared
+    }
+
+    public static let environmentKeys = [
+        "CONSOLE_HOST", "CONSOLE_PORT", "CONSOLE_OPS_PORT", "CONSOLE_SESSION_IDLE", "CONSOLE_ALLOW_HTTP", "CONSOLE_LOGIN_ATTEMPTS", "CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", "CONSOLE_LOGIN_WINDOW",
+        "CONSOLE_TRUST_FORWARDED_FOR",
+        "CONSOLE_PAGE_SIZE",
+    ] + PipelineSettings.environmentKeys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> ConsoleConfiguration {
+        var configuration = ConsoleConfiguration(shared: try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-console"))
+        configuration.host = environment.string("CONSOLE_HOST", default: configuration.host)
+        configuration.port = try environment.int("CONSOLE_PORT", default: configuration.port, range: 0...65535)
+        configuration.opsPort = try environment.int("CONSOLE_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.sessionIdle = try environment.duration("CONSOLE_SESSION_IDLE", default: configuration.sessionIdle)
+        configuration.allowHTTP = try environment.bool("CONSOLE_ALLOW_HTTP", default: false)
+        configuration.loginAttempts = try environment.int("CONSOLE_LOGIN_ATTEMPTS", default: configuration.loginAttempts, range: 1...10_000)
+        configuration.loginAttemptsPerAddress = try environment.int("CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", default: configuration.loginAttemptsPerAddress, range: 1...100_000)
+        configuration.trustForwardedFor = try environment.bool("CONSOLE_TRUST_FORWARDED_FOR", default: false)
+        configuration.loginWindow = try environment.duration("CONSOLE_LOGIN_WINDOW", default: configuration.loginWindow)
+        configuration.pageSize = try environment.int("CONSOLE_PAGE_SIZE", default: configuration.pageSize, range: 5...500)
+        return configuration
+    }
+
+    /// `console --help`.
+    public static let help = """
+        console: the operator console (a customer's whole story, dead letters, actions). Configured by the environment:
+          CONSOLE_HOST, CONSOLE_PORT        where the pages are served (0.0.0.0, 8090)
+          CONSOLE_OPS_PORT                  /health/live, /health/ready, /metrics (8091)
+          CONSOLE_SESSION_IDLE              a session unused this long ends (30m)
+          CONSOLE_ALLOW_HTTP                true: serve plain http (loopback); otherwise only behind TLS (X-Forwarded-Proto: https)
+          CONSOLE_LOGIN_ATTEMPTS            failed logins per account in the window before 429 (10)
+          CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS  and per client address (50)
+          CONSOLE_TRUST_FORWARDED_FOR       true: the client address is X-Forwarded-For's first (behind a proxy that sets it)
+          CONSOLE_LOGIN_WINDOW              that window (15m)
+          CONSOLE_PAGE_SIZE                 timeline rows per page (50)
+          APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*
+                                            read exactly as the worker reads them
+          LOG_LEVEL                         trace, debug, info (default), notice, warning, error, critical
+        Operators: pipelinectl operators add --email E --role viewer|support|admin (prints a one-time password). docs/console.md.
+        """
+}

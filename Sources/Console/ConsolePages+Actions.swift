@@ -1,0 +1,117 @@
+import AppStoreNotifications
+import AppStorePull
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import Hummingbird
+import KafkaClient
+import Logging
+import ServiceRuntime
+
+extension ConsolePages {
+    // MARK: - Actions
+
+    /// Re-drives the selected dead letters: each stored payload is produced again to the notifications topic,
+    /// keyed by the subscription it claims, with the re-drive headers of `pipelinectl dlq redrive`; the workers
+    /// verify it again (a forged one is dead-lettered again, with its reason).
+    func redrive(_ request: Request, _ session: OperatorSession) async throws -> Response {
+        let (body, reason) = try await actionForm(request, session, action: "redrive")
+        let positions = body.all("position")
+        guard !positions.isEmpty, positions.count <= 200 else {
+            throw Refusal(status: .badRequest, code: "nothingSelected", reason: "Select between 1 and 200 dead letters to re-drive.")
+        }
+        let letters = try await store.deadLetterPayloads(positions)
+        // One audit entry per subscription the letters claim (so each timeline shows it), one for the unclaimed.
+        for (claimed, group) in Dictionary(grouping: letters, by: { [$0.bundleId ?? "", $0.key ?? ""] }).sorted(by: { $0.key.joined() < $1.key.joined() }) {
+            try await store.audit(
+                operatorEmail: session.email, action: "redrive", reason: reason, bundleId: claimed[0].isEmpty ? nil : claimed[0],
+                originalTransactionId: claimed[1].isEmpty ? nil : claimed[1], detail: JSONObject(["positions": .array(group.map { .string($0.position) })]))
+        }
+        try await actions.redrive(letters.map { ($0.position, $0.key, $0.payload) })
+        metrics.action("redrive", outcome: "ok")
+        logger.info("console re-drive", metadata: ["operator": "\(session.email)", "records": "\(letters.count)"])
+        return try await deadLettersPage(request, session, acted: "Re-drove \(letters.count) dead letter(s) to \(actions.topic).")
+    }
+
+    func subscriptionAction(_ request: Request, bundle: String, id: String, _ session: OperatorSession) async throws -> Response {
+        let (body, reason) = try await actionForm(request, session, action: "subscription")
+        switch body["action"] {
+        case "reconcile":
+            guard actions.canReconcile else {
+                metrics.action("reconcile", outcome: "unavailable")
+                throw Refusal(status: .serviceUnavailable, code: "appStoreNotConfigured", reason: "Reconcile needs the App Store Server API key (APPSTORE_*) in the console's environment.")
+            }
+            try await store.audit(operatorEmail: session.email, action: "reconcile", reason: reason, bundleId: bundle, originalTransactionId: id)
+            let snapshots: Int
+            do {
+                snapshots = try await actions.reconcile(bundleId: bundle, originalTransactionId: id)
+            } catch let failure as ConsoleActions.AppleFailure {
+                metrics.action("reconcile", outcome: "apple_error")
+                throw Refusal(status: .badGateway, code: "appleError", reason: failure.description)
+            }
+            metrics.action("reconcile", outcome: "ok")
+            return try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "Asked Apple: \(snapshots) status snapshot(s) sent to the workers.")
+        case "resend-webhooks":
+            guard let endpoint = body["endpoint"], !endpoint.isEmpty else {
+                throw Refusal(status: .badRequest, code: "endpointRequired", reason: "Choose the webhook endpoint to send the events to again.")
+            }
+            try await store.audit(
+                operatorEmail: session.email, action: "resend-webhooks", reason: reason, bundleId: bundle, originalTransactionId: id,
+                detail: JSONObject(["endpoint": .string(endpoint)]))
+            let count = try await store.resendWebhooks(endpointId: endpoint, bundleId: bundle, originalTransactionId: id)
+            metrics.action("resend-webhooks", outcome: "ok")
+            return try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "\(count) event(s) of this subscription go to \(endpoint) again, oldest first.")
+        default:
+            throw Refusal(status: .badRequest, code: "unknownAction", reason: "This form names no action the console knows.")
+        }
+    }
+}
+
+/// What the console's actions write besides the audit: records on the notifications topic, which the workers verify
+/// and apply like every other record.
+struct ConsoleActions: Sendable {
+    let producer: KafkaProducer
+    let topic: String
+    let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
+    let entitlements: EntitlementStore
+    let logger: Logger
+
+    var canReconcile: Bool { !appStore.isEmpty }
+
+    /// Each stored payload produced again, keyed by the subscription it claims, with the re-drive headers of
+    /// `pipelinectl dlq redrive` (and `source: redrive`); each send waits for the broker's acknowledgement.
+    func redrive(_ letters: [(position: String, key: String?, payload: String)]) async throws {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        for letter in letters {
+            let headers = [
+                KafkaHeader(key: RedriveHeader.from, string: letter.position), KafkaHeader(key: RedriveHeader.at, string: String(now)),
+                KafkaHeader(key: NotificationRecordHeader.source, string: "redrive"),
+            ]
+            _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: letter.key.map { Array($0.utf8) }, value: Array(letter.payload.utf8), headers: headers))
+        }
+    }
+
+    /// Apple's refusal of a reconcile, with the environment and Apple's code.
+    struct AppleFailure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// Get All Subscription Statuses for the subscription in each configured environment; the snapshots go to the
+    /// topic like `pipelinectl reconcile`'s. Returns how many were sent.
+    func reconcile(bundleId: String, originalTransactionId: String) async throws -> Int {
+        var snapshots = 0
+        for (environment, api) in appStore.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            let reconciler = StatusReconciler(api: api, producer: PulledRecordProducer(producer: producer, topic: topic), store: entitlements, logger: logger)
+            var summary = PullSummary()
+            var before: [String: EntitlementSummary?] = [:]
+            var produced: [String: String] = [:]
+            do {
+                try await reconciler.reconcile(originalTransactionId, bundleId: bundleId, environment: environment, summary: &summary, before: &before, produced: &produced)
+            } catch let error as AppStoreServerAPIError {
+                throw AppleFailure(description: "Apple answered (\(environment.rawValue)): \(UntrustedText.escaped(error.description, limit: 300))")
+            }
+            snapshots += summary.snapshots
+        }
+        return snapshots
+    }
+}

@@ -1,0 +1,364 @@
+import AppStoreNotifications
+import AppStorePull
+import AppStoreServerAPI
+import EntitlementStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdBcrypt
+import KafkaClient
+import Logging
+import NIOPosix
+import ServiceRuntime
+import X509
+
+/// The console's routes. Every page but `/login` (and the stylesheet) needs a session; every state change is a POST
+/// carrying the session's CSRF token; actions need the support or admin role and a reason, recorded in the audit.
+struct ConsolePages: Sendable {
+    let configuration: ConsoleConfiguration
+    /// What the pages read, and what the actions write (the audit is the store's).
+    let store: ConsoleStore, actions: ConsoleActions
+    let metrics: ConsoleMetrics, logger: Logger
+    /// Failed sign-ins per address and per account (`CONSOLE_LOGIN_ATTEMPTS` in `CONSOLE_LOGIN_WINDOW`).
+    let limiter: LoginLimiter
+
+    /// A page's outcome that is not the page: a redirect or a refusal with a code a person can act on.
+    struct Refusal: Error {
+        var status: HTTPResponse.Status
+        var code: String
+        var reason: String
+        var headers: HTTPFields = [:]
+    }
+
+    func register(on router: Router<ConsoleRequestContext>) {
+        router.get("/static/console.css") { _, _ in
+            var headers: HTTPFields = [.contentType: "text/css; charset=utf-8"]
+            ConsoleHeaders.apply(to: &headers)
+            headers[.cacheControl] = "max-age=300"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.stylesheet)))
+        }
+        router.get("/login") { request, _ in await respond("login", request) { _ in try loginPage(request, error: nil, email: "") } }
+        router.post("/login") { request, context in await respond("login", request) { _ in try await login(request, context) } }
+        page(router, .post, "/logout", "logout") { request, _, session in
+            try await checkCSRF(request, session)
+            if let token = request.cookies[SessionCookie.name]?.value { try await store.closeSession(token: token) }
+            throw Refusal(status: .seeOther, code: "signedOut", reason: "", headers: [.location: "/login", .setCookie: SessionCookie.cleared])
+        }
+        page(router, .get, "/", "home") { _, _, session in html("Home", "home", [:], session) }
+        page(router, .get, "/search", "search") { request, _, session in try await search(request, session) }
+        page(router, .get, "/apps/{bundleId}/subscriptions/{id}", "subscription") { request, context, session in
+            try await subscriptionPage(request, bundle: try context.parameters.require("bundleId"), id: try context.parameters.require("id"), session, acted: nil)
+        }
+        page(router, .post, "/apps/{bundleId}/subscriptions/{id}", "subscription-action") { request, context, session in
+            try await subscriptionAction(request, bundle: try context.parameters.require("bundleId"), id: try context.parameters.require("id"), session)
+        }
+        page(router, .get, "/apps/{bundleId}/customers/{customerId}", "customer") { request, context, session in
+            try await customerPage(request, bundle: try context.parameters.require("bundleId"), customerId: try context.parameters.require("customerId"), session)
+        }
+        page(router, .get, "/notifications/{uuid}", "notification") { _, context, session in
+            try await notificationPage(uuid: try context.parameters.require("uuid"), session)
+        }
+        page(router, .get, "/dead-letters", "dead-letters") { request, _, session in try await deadLettersPage(request, session, acted: nil) }
+        page(router, .post, "/dead-letters/redrive", "redrive") { request, _, session in try await redrive(request, session) }
+        page(router, .get, "/audit", "audit") { request, _, session in try await auditPage(request, session) }
+    }
+
+    // MARK: - Plumbing
+
+    /// A route that needs a session: without one (or an idle one), a GET goes to the login and a POST is refused.
+    func page(
+        _ router: Router<ConsoleRequestContext>, _ method: HTTPRequest.Method, _ path: RouterPath, _ name: String,
+        _ body: @escaping @Sendable (Request, ConsoleRequestContext, OperatorSession) async throws -> Response
+    ) {
+        router.on(path, method: method) { request, context in
+            await respond(name, request) { _ in
+                guard let token = request.cookies[SessionCookie.name]?.value, let session = try await store.session(token: token, idle: configuration.sessionIdle) else {
+                    if method == .get {
+                        let next = request.uri.string
+                        throw Refusal(status: .seeOther, code: "signIn", reason: "", headers: [.location: "/login?next=" + ConsolePaths.component(next)])
+                    }
+                    throw Refusal(status: .unauthorized, code: "noSession", reason: "Sign in first: this action needs a session.")
+                }
+                return try await body(request, context, session)
+            }
+        }
+    }
+
+    /// Runs a route: refusals become their answer; any other error is a 500 whose details stay in the log.
+    func respond(_ route: String, _ request: Request, _ body: (Request) async throws -> Response) async -> Response {
+        var response: Response
+        if !configuration.allowHTTP, request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased() != "https" {
+            response = errorResponse(Refusal(status: .forbidden, code: "httpsRequired", reason: "The console is served over TLS only (CONSOLE_ALLOW_HTTP is not set)."))
+        } else {
+            do {
+                response = try await body(request)
+            } catch let refusal as Refusal {
+                response = errorResponse(refusal)
+            } catch {
+                logger.error("console page failed", metadata: ["route": "\(route)", "error": "\(UntrustedText.escaped(String(reflecting: error), limit: 600))"])
+                response = errorResponse(Refusal(status: .internalServerError, code: "internal", reason: "The page failed; the console's log has the cause."))
+            }
+        }
+        ConsoleHeaders.apply(to: &response.headers)
+        metrics.request(route: route, status: Int(response.status.code))
+        return response
+    }
+
+    func errorResponse(_ refusal: Refusal) -> Response {
+        var headers = refusal.headers
+        if refusal.status.kind == .redirection { return Response(status: refusal.status, headers: headers) }
+        headers[.contentType] = "text/html; charset=utf-8"
+        let body = ConsoleTemplates.render("error", ["status": Int(refusal.status.code), "title": refusal.status.reasonPhrase, "code": refusal.code, "reason": refusal.reason])
+        let page = ConsoleTemplates.render("layout", ["title": refusal.status.reasonPhrase, "body": body])
+        return Response(status: refusal.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: page)))
+    }
+
+    func html(_ title: String, _ template: String, _ values: [String: Any], _ session: OperatorSession?, query: String = "", status: HTTPResponse.Status = .ok) -> Response {
+        var values = values
+        values["csrf"] = session?.csrfToken
+        values["mayAct"] = session?.role.mayAct ?? false
+        let body = ConsoleTemplates.render(template, values)
+        var layout: [String: Any] = ["title": title, "body": body, "query": query]
+        if let session {
+            layout["operator"] = ["email": session.email, "role": session.role.rawValue, "csrf": session.csrfToken, "query": query] as [String: Any]
+        }
+        return Response(
+            status: status, headers: [.contentType: "text/html; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.render("layout", layout))))
+    }
+
+    func form(_ request: Request) async throws -> FormBody {
+        let buffer = try await request.body.collect(upTo: 256 * 1024)
+        return FormBody(String(buffer: buffer))
+    }
+
+    func checkCSRF(_ request: Request, _ session: OperatorSession, form: FormBody? = nil) async throws {
+        let body: FormBody
+        if let form { body = form } else { body = try await self.form(request) }
+        guard let token = body["csrf"], tokensEqual(token, session.csrfToken) else {
+            throw Refusal(status: .forbidden, code: "csrf", reason: "The form's CSRF token is missing or not this session's: reload the page and try again.")
+        }
+    }
+
+    /// The action's form after the CSRF check, the role check and the reason check.
+    func actionForm(_ request: Request, _ session: OperatorSession, action: String) async throws -> (FormBody, String) {
+        let body = try await form(request)
+        try await checkCSRF(request, session, form: body)
+        guard session.role.mayAct else {
+            metrics.action(action, outcome: "forbidden")
+            throw Refusal(status: .forbidden, code: "forbiddenRole", reason: "Your role (\(session.role.rawValue)) may look but not act: ask a support or admin operator.")
+        }
+        let reason = (body["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !reason.isEmpty, reason.count <= 500 else {
+            throw Refusal(status: .badRequest, code: "reasonRequired", reason: "Every action needs a reason (at most 500 characters): it is kept in the audit.")
+        }
+        return (body, reason)
+    }
+
+    // MARK: - Login
+
+    func loginPage(_ request: Request, error: String?, email: String, status: HTTPResponse.Status = .ok) throws -> Response {
+        let next = request.uri.queryParameters.get("next") ?? ""
+        var values: [String: Any] = ["email": email, "next": Self.safeNext(next)]
+        if let error { values["error"] = error }
+        return html("Sign in", "login", values, nil, status: status)
+    }
+
+    /// Only a local path: never another origin.
+    static func safeNext(_ next: String) -> String {
+        next.hasPrefix("/") && !next.hasPrefix("//") && !next.contains("\\") ? next : "/"
+    }
+
+    func login(_ request: Request, _ context: ConsoleRequestContext) async throws -> Response {
+        let body = try await form(request)
+        let email = (body["email"] ?? "").trimmingCharacters(in: .whitespaces).lowercased()
+        let password = body["password"] ?? ""
+        let forwarded = configuration.trustForwardedFor ? request.headers[HTTPField.Name("X-Forwarded-For")!]?.split(separator: ",").first.map { $0.trimmingCharacters(in: .whitespaces) } : nil
+        let address = forwarded ?? context.remoteAddress?.ipAddress ?? "unknown"
+        let keys = ["address:" + address, "account:" + email]
+        if let wait = limiter.retryAfter(["address:" + address], limit: configuration.loginAttemptsPerAddress) ?? limiter.retryAfter(["account:" + email], limit: configuration.loginAttempts) {
+            metrics.login("limited")
+            throw Refusal(
+                status: .tooManyRequests, code: "tooManyAttempts", reason: "Too many failed sign-ins from here or for this account: try again in \(wait) s.",
+                headers: [.retryAfter: String(wait)])
+        }
+        let account = try await store.operatorAccount(email: email)
+        // bcrypt on a thread of its own (≈ 0.2 s at cost 12): never on the event loop or the cooperative pool.
+        let hash = account?.passwordHash ?? Self.decoyHash
+        let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+        guard let account, matches, !account.disabled else {
+            limiter.recordFailure(keys)
+            metrics.login("refused")
+            logger.notice("console sign-in refused", metadata: ["account": "\(UntrustedText.quoted(email, limit: 100))"])
+            return try loginPage(request, error: "Wrong email or password, or the account is disabled.", email: email, status: .unauthorized)
+        }
+        limiter.reset("account:" + email)
+        let (token, _) = try await store.openSession(operatorId: account.id)
+        metrics.login("ok")
+        logger.info("console sign-in", metadata: ["account": "\(account.email)", "role": "\(account.role.rawValue)"])
+        return Response(status: .seeOther, headers: [.location: Self.safeNext(body["next"] ?? "/"), .setCookie: SessionCookie.set(token)])
+    }
+
+    /// Checked when the account does not exist, so an unknown email costs the same time as a wrong password.
+    static let decoyHash = Bcrypt.hash(ConsoleStore.randomToken(), cost: 12)
+
+    // MARK: - Pages
+
+    func search(_ request: Request, _ session: OperatorSession) async throws -> Response {
+        let query = request.uri.queryParameters.get("q") ?? ""
+        let matches = try await store.search(query)
+        if matches.count == 1 {
+            return Response(status: .seeOther, headers: [.location: matches[0].path])
+        }
+        return html("Search", "search", [
+            "query": query, "matches": matches.map { ["kind": $0.kind, "label": $0.label, "path": $0.path] },
+        ], session, query: query)
+    }
+
+    func subscriptionPage(_ request: Request, bundle: String, id: String, _ session: OperatorSession, acted: String?) async throws -> Response {
+        let rows = try await store.subscription(bundleId: bundle, originalTransactionId: id).objectValue ?? JSONObject()
+        var entitlements = (rows["entitlements"]?.arrayValue ?? []).map { Self.plain($0) as? [String: Any] ?? [:] }
+        for index in entitlements.indices {
+            if let owner = entitlements[index]["owner"] as? String { entitlements[index]["ownerPath"] = ConsolePaths.customer(bundle: bundle, customerId: owner) }
+            if let renews = entitlements[index]["autoRenewStatus"] as? Int64 { entitlements[index]["autoRenewStatus"] = renews == 1 ? "auto-renew on" : "auto-renew off" }
+        }
+        var values: [String: Any] = [
+            "id": id, "bundle": bundle, "entitlements": entitlements, "transactions": Self.plain(rows["transactions"] ?? .array([])),
+            "actionPath": ConsolePaths.subscription(bundle: bundle, id: id),
+        ]
+        if let acted { values["acted"] = acted }
+        if session.role.mayAct {
+            let endpoints = try await store.webhookEndpoints()
+            values["endpoints"] = endpoints.map { ["id": $0.id, "url": $0.url] }
+            values["hasEndpoints"] = !endpoints.isEmpty
+        }
+        try await addTimeline(to: &values, request, bundle: bundle, subscriptions: [id], path: ConsolePaths.subscription(bundle: bundle, id: id))
+        return html("Subscription \(id)", "subscription", values, session)
+    }
+
+    func customerPage(_ request: Request, bundle: String, customerId: String, _ session: OperatorSession) async throws -> Response {
+        let subscriptions = try await store.customerSubscriptions(bundleId: bundle, customerId: customerId)
+        var values: [String: Any] = [
+            "customerId": customerId, "bundle": bundle,
+            "subscriptions": subscriptions.map { ["id": $0, "path": ConsolePaths.subscription(bundle: bundle, id: $0)] },
+        ]
+        try await addTimeline(to: &values, request, bundle: bundle, subscriptions: subscriptions, path: ConsolePaths.customer(bundle: bundle, customerId: customerId))
+        return html("Customer \(customerId)", "customer", values, session)
+    }
+
+    func addTimeline(to values: inout [String: Any], _ request: Request, bundle: String, subscriptions: [String], path: String) async throws {
+        let cursor = request.uri.queryParameters.get("before").flatMap(TimelineCursor.init)
+        let page = try await store.timeline(bundleId: bundle, subscriptions: subscriptions, before: cursor, limit: configuration.pageSize)
+        values["rows"] = page.rows.map(Self.timelineRow)
+        if let next = page.next { values["nextPath"] = path + "?before=" + ConsolePaths.component(next.text) }
+    }
+
+    /// A timeline row as its template shows it.
+    static func timelineRow(_ row: JSONValue) -> [String: Any] {
+        var values = plain(row) as? [String: Any] ?? [:]
+        let kind = values["kind"] as? String ?? ""
+        values["isNotification"] = ["notification", "purchase", "snapshot"].contains(kind)
+        values["isEvent"] = kind == "event"
+        values["isAction"] = kind == "action"
+        let deliveries = values["deliveries"] as? Int64 ?? 1
+        values["plural"] = deliveries != 1
+        values["repeated"] = (values["firstReceived"] as? String) != (values["lastReceived"] as? String)
+        let outcome = values["outcome"] as? String ?? ""
+        values["outcomeClass"] = outcome
+        if outcome != "dead-lettered", let uuid = values["uuid"] as? String { values["detailPath"] = ConsolePaths.notification(uuid) }
+        return values
+    }
+
+    func notificationPage(uuid: String, _ session: OperatorSession) async throws -> Response {
+        guard let row = try await store.notification(uuid: uuid).objectValue else {
+            throw Refusal(status: .notFound, code: "notFound", reason: "No stored notification has this notificationUUID (a dead-lettered one is under Dead letters).")
+        }
+        var values = Self.plain(.object(row)) as? [String: Any] ?? [:]
+        if let bundle = row["bundleId"]?.stringValue, let subscription = row["subscription"]?.stringValue {
+            values["subscriptionPath"] = ConsolePaths.subscription(bundle: bundle, id: subscription)
+        }
+        let signed = row["signedPayload"]?.stringValue ?? ""
+        let signedDate = row["signedDate"]?.stringValue.flatMap(Self.date)
+        values["chain"] = Self.chain(of: signed, at: signedDate)
+        var nested: [[String: Any]] = []
+        if let outer = UnverifiedPeek.payload(of: signed), let data = outer["data"]?.objectValue {
+            for (name, title) in [("signedTransactionInfo", "Transaction (signedTransactionInfo)"), ("signedRenewalInfo", "Renewal (signedRenewalInfo)")] {
+                if let jws = data[name]?.stringValue, let decoded = UnverifiedPeek.payload(of: jws) {
+                    nested.append(["name": title, "json": Self.pretty(.object(decoded))])
+                }
+            }
+        }
+        values["nested"] = nested
+        return html("Notification \(uuid)", "notification", values, session)
+    }
+
+    func deadLettersPage(_ request: Request, _ session: OperatorSession, acted: String?) async throws -> Response {
+        let parameters = request.uri.queryParameters
+        func nonEmpty(_ name: String) -> String? { parameters.get(name).flatMap { $0.isEmpty ? nil : $0 } }
+        let since = nonEmpty("since").flatMap { Self.date($0 + "T00:00:00.000Z") }
+        let result = try await store.deadLetters(code: nonEmpty("code"), bundleId: nonEmpty("app"), since: since, term: nonEmpty("q"), limit: 200)
+        let object = result.objectValue ?? JSONObject()
+        var values: [String: Any] = [
+            "rows": Self.plain(object["rows"] ?? .array([])), "codes": Self.plain(object["codes"] ?? .array([])),
+            "code": nonEmpty("code") ?? "", "app": nonEmpty("app") ?? "", "since": nonEmpty("since") ?? "", "q": nonEmpty("q") ?? "",
+        ]
+        if let acted { values["acted"] = acted }
+        return html("Dead letters", "deadLetters", values, session)
+    }
+
+    func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {
+        let cursor = request.uri.queryParameters.get("before").flatMap { Int64($0) }
+        let rows = (try await store.auditLog(before: cursor, limit: 100)).arrayValue ?? []
+        let next = rows.count == 100 ? rows.last?.objectValue?["id"]?.int64Value.map { "/audit?before=\($0)" } : nil
+        var values: [String: Any] = ["rows": Self.plain(.array(rows))]
+        if let next { values["nextPath"] = next }
+        return html("Audit", "audit", values, session)
+    }
+
+    // MARK: - Values for templates
+
+    /// JSON as the template engine reads it: dictionaries, arrays, strings, numbers, booleans (null dropped).
+    static func plain(_ value: JSONValue) -> Any {
+        switch value {
+        case .null: return ""
+        case .bool(let flag): return flag
+        case .number(let number): return number.int64Value.map { $0 as Any } ?? number.description
+        case .string(let text): return text
+        case .array(let elements): return elements.map(plain)
+        case .object(let object):
+            var result: [String: Any] = [:]
+            for member in object where member.value != .null { result[member.key] = plain(member.value) }
+            return result
+        }
+    }
+
+    static func pretty(_ value: JSONValue) -> String {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(value.serialized.utf8)),
+            let data = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        else { return value.serialized }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func date(_ text: String) -> Date? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: text)
+    }
+
+    /// The x5c chain of a stored JWS: each certificate's subject and validity, and whether it was valid at signedDate.
+    static func chain(of jws: String, at signedDate: Date?) -> [[String: Any]] {
+        guard let dot = jws.firstIndex(of: "."), let header = Base64.decode(jws[..<dot], alphabet: .url),
+            case .object(let object)? = try? StrictJSONParser().parse(header), case .array(let certificates)? = object["x5c"]
+        else { return [] }
+        let names = ["leaf", "intermediate", "root"]
+        return certificates.enumerated().compactMap { index, element in
+            guard let text = element.stringValue, let der = Data(base64Encoded: text), let certificate = try? Certificate(derEncoded: Array(der)) else { return nil }
+            let valid = signedDate.map { certificate.notValidBefore <= $0 && $0 <= certificate.notValidAfter }
+            return [
+                "position": index < names.count ? names[index] : "certificate \(index + 1)", "subject": certificate.subject.description,
+                "notBefore": certificate.notValidBefore.formatted(.iso8601), "notAfter": certificate.notValidAfter.formatted(.iso8601),
+                "verdict": valid.map { $0 ? "valid" : "outside its validity" } ?? "unknown",
+            ]
+        }
+    }
+}

@@ -1,0 +1,33 @@
+import AppStoreNotifications
+import AppStoreServerAPI
+import Logging
+import ServiceLifecycle
+
+extension PipelineSettings {
+    /// An App Store Server API client per environment of `APPS` (Production, Sandbox) when the `APPSTORE_*` key is
+    /// configured, else none. A call waits at most `maximumWait` for its rate limit's turn, then fails `.throttled`.
+    public func appStoreClients(maximumWait: Duration, logger: Logger) throws -> [Environment: AppStoreServerAPIClient] {
+        var clients: [Environment: AppStoreServerAPIClient] = [:]
+        guard let variables = appStoreVariables else { return clients }
+        for environment in Set(apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
+            var configuration = try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment)
+            configuration.rateLimits.maximumWait = maximumWait
+            clients[environment] = AppStoreServerAPIClient(configuration: configuration, logger: logger)
+        }
+        return clients
+    }
+}
+
+/// Closes the App Store Server API clients when the process stops.
+public struct AppStoreClients: Service {
+    let clients: [AppStoreServerAPIClient]
+
+    public init(clients: [AppStoreServerAPIClient]) {
+        self.clients = clients
+    }
+
+    public func run() async throws {
+        try? await gracefulShutdown()
+        for client in clients { await client.shutdown() }
+    }
+}
