@@ -298,8 +298,15 @@ struct ConsolePages: Sendable {
         let since = nonEmpty("since").flatMap { Self.date($0 + "T00:00:00.000Z") }
         let result = try await store.deadLetters(code: nonEmpty("code"), bundleId: nonEmpty("app"), since: since, term: nonEmpty("q"), limit: 200)
         let object = result.objectValue ?? JSONObject()
+        // Each payload also decoded, unverified (a forger wrote it: shown as text, like everything else).
+        var rows = (Self.plain(object["rows"] ?? .array([])) as? [Any] ?? []).compactMap { $0 as? [String: Any] }
+        for index in rows.indices {
+            if let payload = rows[index]["payload"] as? String, let decoded = UnverifiedPeek.payload(of: payload) {
+                rows[index]["decoded"] = Self.pretty(.object(decoded))
+            }
+        }
         var values: [String: Any] = [
-            "rows": Self.plain(object["rows"] ?? .array([])), "codes": Self.plain(object["codes"] ?? .array([])),
+            "rows": rows, "codes": Self.plain(object["codes"] ?? .array([])),
             "code": nonEmpty("code") ?? "", "app": nonEmpty("app") ?? "", "since": nonEmpty("since") ?? "", "q": nonEmpty("q") ?? "",
         ]
         if let acted { values["acted"] = acted }

@@ -114,9 +114,9 @@ enum ConsoleTemplates {
             <label>Since <input name="since" type="date" value="{{since}}"></label> <label>Identifier <input name="q" value="{{q}}"></label> <button>Filter</button></form>
             <p>{{#codes}}<a href="/dead-letters?code={{code}}">{{code}}</a> ({{count}}) {{/codes}}</p>
             <form method="post" action="/dead-letters/redrive"><input type="hidden" name="csrf" value="{{csrf}}">
-            <table><thead><tr><th></th><th>When</th><th>Code</th><th>Reason</th><th>Claims (unverified)</th><th>Payload</th></tr></thead><tbody>
+            <table><thead><tr><th></th><th>When</th><th>Code</th><th>Reason</th><th>Claims (unverified)</th><th>Payload (decoded, unverified; then as received)</th></tr></thead><tbody>
             {{#rows}}<tr class="dead-letter" data-position="{{position}}" data-code="{{code}}"><td><input type="checkbox" name="position" value="{{position}}" aria-label="select {{position}}"></td>
-            <td>{{time}}</td><td>{{code}}</td><td>{{reason}}</td><td>{{uuid}} {{type}} {{bundle}} {{subscription}}</td><td><pre class="payload">{{payload}}</pre></td></tr>{{/rows}}
+            <td>{{time}}</td><td>{{code}}</td><td>{{reason}}</td><td>{{uuid}} {{type}} {{bundle}} {{subscription}}</td><td>{{#decoded}}<pre class="payload">{{decoded}}</pre>{{/decoded}}<pre class="payload">{{payload}}</pre></td></tr>{{/rows}}
             </tbody></table>
             {{^rows}}<p class="empty">No dead letters match.</p>{{/rows}}
             {{#mayAct}}<label>Reason (required, recorded in the audit) <input name="reason" required maxlength="500"></label> <button>Re-drive selected</button>{{/mayAct}}

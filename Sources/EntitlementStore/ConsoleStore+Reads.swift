@@ -128,55 +128,71 @@ extension ConsoleStore {
     public func timeline(bundleId: String, subscriptions: [String], before cursor: TimelineCursor?, limit: Int) async throws -> (rows: [JSONValue], next: TimelineCursor?) {
         let cursorAt = cursor?.at ?? Int64.max
         let cursorId = cursor?.id ?? "~"
+        // The page is chosen from cheap keys (time, id, what, which); only its rows are then read and built as JSON.
+        let position = "x.original_topic || ':' || x.original_partition || ':' || x.original_offset"
         let value = try await json(
             """
             WITH subs AS (SELECT unnest(\(subscriptions)::text[]) AS id),
-            rows AS (
-                SELECT coalesce(d.first, l.first_seen_at) AS at, 'n' || n.notification_uuid AS id, json_build_object(
-                    'kind', CASE WHEN n.source = 'customer-api' THEN 'purchase'
-                        WHEN n.notification_type IN (\(StatusSnapshotDocument.notificationType), \(SignedPayloadVerifier.historyTransactionType)) THEN 'snapshot'
-                        ELSE 'notification' END,
-                    'uuid', n.notification_uuid, 'type', n.notification_type, 'subtype', n.subtype, 'signedDate', \(unescaped: Self.iso("n.signed_date")),
-                    'source', n.source, 'environment', n.environment, 'subscription', n.original_transaction_id,
-                    'outcome', coalesce(l.outcome, 'applied'), 'deliveries', greatest(d.count, 1),
-                    'firstReceived', \(unescaped: Self.iso("coalesce(d.first, l.first_seen_at)")), 'lastReceived', \(unescaped: Self.iso("coalesce(d.last, l.first_seen_at)"))) AS row
+            keys AS (
+                SELECT coalesce(n.received_at, n.stored_at) AS at, 'n' || n.notification_uuid AS id, 'n' AS kind, n.notification_uuid AS ref
                 FROM notification_archive n
-                JOIN notification_ledger l ON l.notification_uuid = n.notification_uuid
-                LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT redriven) AS count, min(coalesce(received_at, stored_at)) AS first,
-                    max(coalesce(received_at, stored_at)) AS last
-                    FROM notification_deliveries WHERE notification_uuid = n.notification_uuid) d ON true
-                WHERE n.bundle_id = \(bundleId) AND n.original_transaction_id IN (SELECT id FROM subs)
+                WHERE n.original_transaction_id IN (SELECT id FROM subs) AND n.bundle_id = \(bundleId)
                 UNION ALL
-                SELECT min(coalesce(x.received_at, x.dead_lettered_at)), 'd' || min(x.original_topic || ':' || x.original_partition || ':' || x.original_offset), json_build_object(
-                    'kind', 'notification', 'uuid', x.notification_uuid, 'type', min(x.notification_type), 'outcome', 'dead-lettered',
-                    'code', min(x.error_code), 'reason', min(x.reason), 'deliveries', greatest(count(*) FILTER (WHERE NOT x.redriven), 1),
-                    'redrives', count(*) FILTER (WHERE x.redriven), 'subscription', min(x.original_transaction_id),
-                    'firstReceived', \(unescaped: Self.iso("min(coalesce(x.received_at, x.dead_lettered_at))")),
-                    'lastReceived', \(unescaped: Self.iso("max(coalesce(x.received_at, x.dead_lettered_at))")),
-                    'position', min(x.original_topic || ':' || x.original_partition || ':' || x.original_offset))
+                SELECT min(coalesce(x.received_at, x.dead_lettered_at)), 'd' || min(\(unescaped: position)), 'd', coalesce(x.notification_uuid, min(\(unescaped: position)))
                 FROM dead_lettered_records x
                 WHERE x.original_transaction_id IN (SELECT id FROM subs) AND (x.bundle_id = \(bundleId) OR x.bundle_id IS NULL)
-                GROUP BY coalesce(x.notification_uuid, x.original_topic || ':' || x.original_partition || ':' || x.original_offset), x.notification_uuid
+                GROUP BY coalesce(x.notification_uuid, \(unescaped: position)), x.notification_uuid
                 UNION ALL
-                SELECT o.created_at, 'e' || lpad(o.id::text, 20, '0'), json_build_object(
-                    'kind', 'event', 'eventId', o.event_id, 'type', o.event_type, 'sequence', o.sequence, 'subscription', o.original_transaction_id,
-                    'time', \(unescaped: Self.iso("o.event_time")), 'published', o.published_at IS NOT NULL,
-                    'before', (o.data::jsonb)->'before'->>'status', 'after', (o.data::jsonb)->'after'->>'status',
-                    'webhooks', (SELECT json_agg(json_build_object('endpoint', w.endpoint_id, 'status', w.status, 'attempts', w.attempts,
-                        'lastStatus', w.last_status, 'lastError', w.last_error) ORDER BY w.endpoint_id) FROM webhook_deliveries w WHERE w.event_id = o.event_id))
-                FROM entitlement_events_outbox o
-                WHERE o.bundle_id = \(bundleId) AND o.original_transaction_id IN (SELECT id FROM subs)
+                SELECT o.created_at, 'e' || lpad(o.id::text, 20, '0'), 'e', o.id::text
+                FROM entitlement_events_outbox o WHERE o.bundle_id = \(bundleId) AND o.original_transaction_id IN (SELECT id FROM subs)
                 UNION ALL
-                SELECT a.at, 'a' || lpad(a.id::text, 20, '0'), json_build_object(
-                    'kind', 'action', 'action', a.action, 'operator', a.operator_email, 'reason', a.reason, 'subscription', a.original_transaction_id,
-                    'detail', a.detail::text, 'time', \(unescaped: Self.iso("a.at")))
-                FROM console_audit a
-                WHERE a.original_transaction_id IN (SELECT id FROM subs) AND (a.bundle_id = \(bundleId) OR a.bundle_id IS NULL)
+                SELECT a.at, 'a' || lpad(a.id::text, 20, '0'), 'a', a.id::text
+                FROM console_audit a WHERE a.original_transaction_id IN (SELECT id FROM subs) AND (a.bundle_id = \(bundleId) OR a.bundle_id IS NULL)
             ),
             page AS (
-                SELECT * FROM rows WHERE ((extract(epoch FROM at) * 1000000)::bigint, id) < (\(cursorAt), \(cursorId)) ORDER BY at DESC, id DESC LIMIT \(limit + 1)
+                SELECT * FROM keys WHERE ((extract(epoch FROM at) * 1000000)::bigint, id) < (\(cursorAt), \(cursorId)) ORDER BY at DESC, id DESC LIMIT \(limit + 1)
             )
-            SELECT json_agg(json_build_object('at', (extract(epoch FROM at) * 1000000)::bigint, 'id', id, 'row', row) ORDER BY at DESC, id DESC)::text FROM page
+            SELECT json_agg(json_build_object('at', (extract(epoch FROM p.at) * 1000000)::bigint, 'id', p.id, 'row', CASE p.kind
+                WHEN 'n' THEN (
+                    SELECT json_build_object(
+                        'kind', CASE WHEN n.source = 'customer-api' THEN 'purchase'
+                            WHEN n.notification_type IN (\(StatusSnapshotDocument.notificationType), \(SignedPayloadVerifier.historyTransactionType)) THEN 'snapshot'
+                            ELSE 'notification' END,
+                        'uuid', n.notification_uuid, 'type', n.notification_type, 'subtype', n.subtype, 'signedDate', \(unescaped: Self.iso("n.signed_date")),
+                        'source', n.source, 'environment', n.environment, 'subscription', n.original_transaction_id,
+                        'outcome', coalesce(l.outcome, 'applied'), 'deliveries', greatest(d.count, 1),
+                        'firstReceived', \(unescaped: Self.iso("coalesce(n.received_at, d.first, n.stored_at)")),
+                        'lastReceived', \(unescaped: Self.iso("coalesce(d.last, n.received_at, n.stored_at)")))
+                    FROM notification_archive n
+                    JOIN notification_ledger l ON l.notification_uuid = n.notification_uuid
+                    LEFT JOIN LATERAL (SELECT count(*) FILTER (WHERE NOT redriven) AS count, min(coalesce(received_at, stored_at)) AS first,
+                        max(coalesce(received_at, stored_at)) AS last FROM notification_deliveries WHERE notification_uuid = n.notification_uuid) d ON true
+                    WHERE n.notification_uuid = p.ref)
+                WHEN 'd' THEN (
+                    SELECT json_build_object(
+                        'kind', 'notification', 'uuid', min(x.notification_uuid), 'type', min(x.notification_type), 'outcome', 'dead-lettered',
+                        'code', min(x.error_code), 'reason', min(x.reason), 'deliveries', greatest(count(*) FILTER (WHERE NOT x.redriven), 1),
+                        'redrives', count(*) FILTER (WHERE x.redriven), 'subscription', min(x.original_transaction_id),
+                        'firstReceived', \(unescaped: Self.iso("min(coalesce(x.received_at, x.dead_lettered_at))")),
+                        'lastReceived', \(unescaped: Self.iso("max(coalesce(x.received_at, x.dead_lettered_at))")), 'position', min(\(unescaped: position)))
+                    FROM dead_lettered_records x
+                    WHERE coalesce(x.notification_uuid, \(unescaped: position)) = p.ref AND x.original_transaction_id IN (SELECT id FROM subs)
+                        AND (x.bundle_id = \(bundleId) OR x.bundle_id IS NULL))
+                WHEN 'e' THEN (
+                    SELECT json_build_object(
+                        'kind', 'event', 'eventId', o.event_id, 'type', o.event_type, 'sequence', o.sequence, 'subscription', o.original_transaction_id,
+                        'time', \(unescaped: Self.iso("o.event_time")), 'published', o.published_at IS NOT NULL,
+                        'before', (o.data::jsonb)->'before'->>'status', 'after', (o.data::jsonb)->'after'->>'status',
+                        'webhooks', (SELECT json_agg(json_build_object('endpoint', w.endpoint_id, 'status', w.status, 'attempts', w.attempts,
+                            'lastStatus', w.last_status, 'lastError', w.last_error) ORDER BY w.endpoint_id) FROM webhook_deliveries w WHERE w.event_id = o.event_id))
+                    FROM entitlement_events_outbox o WHERE o.id = p.ref::bigint)
+                ELSE (
+                    SELECT json_build_object(
+                        'kind', 'action', 'action', a.action, 'operator', a.operator_email, 'reason', a.reason, 'subscription', a.original_transaction_id,
+                        'detail', a.detail::text, 'time', \(unescaped: Self.iso("a.at")))
+                    FROM console_audit a WHERE a.id = p.ref::bigint)
+                END) ORDER BY p.at DESC, p.id DESC)::text
+            FROM page p
             """)
         guard case .array(let all) = value else { return ([], nil) }
         let rows = Array(all.prefix(limit))

@@ -21,6 +21,8 @@ extension Migrations {
         """,
         "CREATE INDEX notification_deliveries_by_notification ON notification_deliveries (notification_uuid)",
         "ALTER TABLE notification_ledger ADD COLUMN outcome text",
+        // A subscription's timeline keys (when each notification was first received) from the index alone.
+        "CREATE INDEX notification_archive_timeline ON notification_archive (original_transaction_id, bundle_id) INCLUDE (received_at, stored_at)",
         """
         ALTER TABLE dead_lettered_records
             ADD COLUMN reason text,

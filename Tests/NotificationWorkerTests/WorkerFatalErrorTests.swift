@@ -33,6 +33,17 @@ struct WorkerFatalErrorTests {
             // The mock delays a group's first join by 3 s: a session must outlast it.
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500",
         ])
+        // Killed on every way out: a worker left running against the closed mock cluster spins for good.
+        do {
+            try await Self.expectFatalExit(worker, fixture: fixture, cluster: cluster)
+        } catch {
+            Issue.record(error)
+        }
+        await ChildProcess.kill(worker)
+        await cluster.close()
+    }
+
+    static func expectFatalExit(_ worker: Process, fixture: WorkerProcessFixture, cluster: KafkaProducer) async throws {
         let joined = ContinuousClock.now + .seconds(30)
         while fixture.assignmentCount(worker) == 0, worker.isRunning, ContinuousClock.now < joined { try await Task.sleep(for: .milliseconds(100)) }
         #expect(fixture.assignmentCount(worker) > 0, "the worker joined the mock cluster's group\n\(fixture.logTail())")
@@ -44,7 +55,5 @@ struct WorkerFatalErrorTests {
         #expect(!worker.isRunning, "the fenced worker kept running\n\(fixture.logTail(lines: 40))")
         if !worker.isRunning { #expect(worker.terminationStatus != 0, "exit status \(worker.terminationStatus)") }
         #expect(fixture.logTail(lines: 5_000).lowercased().contains("fatal consumer error"), "the fatal error is logged (searched in the whole log: a cancellation that overran prints a backtrace after it)\n\(fixture.logTail(lines: 40))")
-        await ChildProcess.kill(worker)
-        await cluster.close()
     }
 }
