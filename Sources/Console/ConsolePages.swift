@@ -175,8 +175,8 @@ struct ConsolePages: Sendable {
         let password = body["password"] ?? ""
         let forwarded = configuration.trustForwardedFor ? request.headers[HTTPField.Name("X-Forwarded-For")!]?.split(separator: ",").first.map { $0.trimmingCharacters(in: .whitespaces) } : nil
         let address = forwarded ?? context.remoteAddress?.ipAddress ?? "unknown"
-        let keys = ["address:" + address, "account:" + email]
-        if let wait = limiter.retryAfter(["address:" + address], limit: configuration.loginAttemptsPerAddress) ?? limiter.retryAfter(["account:" + email], limit: configuration.loginAttempts) {
+        let (addressKey, accountKey) = ("address:" + address, "account:" + email)
+        if let wait = limiter.retryAfter(addressKey, limit: configuration.loginAttemptsPerAddress) ?? limiter.retryAfter(accountKey, limit: configuration.loginAttempts) {
             metrics.login("limited")
             throw Refusal(
                 status: .tooManyRequests, code: "tooManyAttempts", reason: "Too many failed sign-ins from here or for this account: try again in \(wait) s.",
@@ -187,12 +187,12 @@ struct ConsolePages: Sendable {
         let hash = account?.passwordHash ?? Self.decoyHash
         let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
         guard let account, matches, !account.disabled else {
-            limiter.recordFailure(keys)
+            limiter.recordFailure([addressKey, accountKey])
             metrics.login("refused")
             logger.notice("console sign-in refused", metadata: ["account": "\(UntrustedText.quoted(email, limit: 100))"])
             return try loginPage(request, error: "Wrong email or password, or the account is disabled.", email: email, status: .unauthorized)
         }
-        limiter.reset("account:" + email)
+        limiter.reset(accountKey)
         let (token, _) = try await store.openSession(operatorId: account.id)
         metrics.login("ok")
         logger.info("console sign-in", metadata: ["account": "\(account.email)", "role": "\(account.role.rawValue)"])

@@ -43,19 +43,13 @@ final class LoginLimiter: Sendable {
         self.window = window
     }
 
-    /// Seconds until `keys` may try again (each has had `attempts` failures in the window), or nil when they may now.
-    func retryAfter(_ keys: [String], limit attempts: Int, now: ContinuousClock.Instant = .now) -> Int? {
+    /// Seconds until `key` may try again (it has had `attempts` failures in the window), or nil when it may now.
+    func retryAfter(_ key: String, limit attempts: Int, now: ContinuousClock.Instant = .now) -> Int? {
         failures.withLock { failures in
-            var wait: Duration?
-            for key in keys {
-                let recent = (failures[key] ?? []).filter { now - $0 < window }
-                failures[key] = recent.isEmpty ? nil : recent
-                if recent.count >= attempts, let oldest = recent.first {
-                    let remaining = window - (now - oldest)
-                    wait = max(wait ?? .zero, remaining)
-                }
-            }
-            return wait.map { max(1, Int($0.components.seconds) + 1) }
+            let recent = (failures[key] ?? []).filter { now - $0 < window }
+            failures[key] = recent.isEmpty ? nil : recent
+            guard recent.count >= attempts, let oldest = recent.first else { return nil }
+            return max(1, Int((window - (now - oldest)).components.seconds) + 1)
         }
     }
 

@@ -64,27 +64,28 @@ extension ConsoleStore {
         return false
     }
 
+    /// The operator with `email`, with their password hash (for signing in).
     public func operatorAccount(email: String) async throws -> OperatorAccount? {
-        let rows = try await client.query(
-            """
-            SELECT id::text, email, role, password_hash, disabled_at IS NOT NULL, last_login_at, created_at FROM operators WHERE email = \(email.lowercased())
-            """,
-            logger: logger)
-        for try await (id, email, role, hash, disabled, last, created) in rows.decode((String, String, String, String, Bool, Date?, Date).self) {
-            return OperatorAccount(
-                id: id, email: email, role: OperatorRole(rawValue: role) ?? .viewer, passwordHash: hash, disabled: disabled, lastLoginAt: last, createdAt: created)
-        }
-        return nil
+        try await accounts(email: email.lowercased()).first
     }
 
+    /// Every operator, by email; no password hash is read.
     public func operators() async throws -> [OperatorAccount] {
+        try await accounts(email: nil)
+    }
+
+    /// The operator with `email` (and their hash), or, for nil, all of them without their hashes.
+    private func accounts(email: String?) async throws -> [OperatorAccount] {
         let rows = try await client.query(
-            "SELECT id::text, email, role, password_hash, disabled_at IS NOT NULL, last_login_at, created_at FROM operators ORDER BY email", logger: logger)
+            """
+            SELECT id::text, email, role, CASE WHEN \(email)::text IS NULL THEN '' ELSE password_hash END, disabled_at IS NOT NULL, last_login_at, created_at
+            FROM operators WHERE \(email)::text IS NULL OR email = \(email) ORDER BY email
+            """,
+            logger: logger)
         var accounts: [OperatorAccount] = []
         for try await (id, email, role, hash, disabled, last, created) in rows.decode((String, String, String, String, Bool, Date?, Date).self) {
             accounts.append(OperatorAccount(
-                id: id, email: email, role: OperatorRole(rawValue: role) ?? .viewer, passwordHash: "", disabled: disabled, lastLoginAt: last, createdAt: created))
-            _ = hash
+                id: id, email: email, role: OperatorRole(rawValue: role) ?? .viewer, passwordHash: hash, disabled: disabled, lastLoginAt: last, createdAt: created))
         }
         return accounts
     }

@@ -335,8 +335,8 @@ public struct EntitlementStore: Sendable {
         var events: [EntitlementEvent] = []
         /// Rows whose event_sequence moved without a state change (a transfer of a row the batch did not change).
         var sequenceOnly: Set<EntitlementKey> = []
-        /// Each new notification's outcome, by deduplication key.
-        var outcomes: [String: String] = [:]
+        /// The new notifications that changed nothing (the row was already past them or equal), by deduplication key.
+        var unchanged: [String] = []
 
         mutating func record(_ state: EntitlementState, at key: EntitlementKey, cause: @autoclosure () -> EntitlementEventCause) {
             if changedSet.insert(key).inserted { changed.append(key) }
@@ -387,7 +387,6 @@ public struct EntitlementStore: Sendable {
                     changes.events.append(event)
                 }
             }
-            changes.outcomes[notification.deduplicationKey] = "applied"
             guard let key = notification.entitlementKey else { continue }
             let tokenBefore = changes.current[key]?.state.appAccountToken
             switch EntitlementTransition.apply(notification.verified, to: changes.current[key]?.state) {
@@ -403,7 +402,7 @@ public struct EntitlementStore: Sendable {
                 }
             case .stale:
                 outcome.stale += 1
-                changes.outcomes[notification.deduplicationKey] = "unchanged"
+                changes.unchanged.append(notification.deduplicationKey)
             case .notApplicable:
                 break
             }
@@ -418,21 +417,17 @@ public struct EntitlementStore: Sendable {
             }
         }
         try await writeEntitlements(changes, on: connection)
-        try await recordOutcomes(changes.outcomes, on: connection)
+        try await recordUnchanged(changes.unchanged, on: connection)
         return changes.events
     }
 
-    /// Each new notification's outcome in the ledger (`applied`, or `unchanged`: the row was already past it or
-    /// equal), in the transaction that decided it: the console's timeline reads it.
-    func recordOutcomes(_ outcomes: [String: String], on connection: PostgresConnection) async throws {
-        guard !outcomes.isEmpty else { return }
-        let rows = outcomes.sorted { $0.key < $1.key }.map { JSONValue.object(JSONObject(["u": .string($0.key), "o": .string($0.value)])) }
+    /// The new notifications that changed nothing are marked `unchanged` in the ledger, in the transaction that
+    /// decided it; the others keep outcome NULL, which means applied (most batches write nothing here). The
+    /// console's timeline reads it.
+    func recordUnchanged(_ keys: [String], on connection: PostgresConnection) async throws {
+        guard !keys.isEmpty else { return }
         try await connection.query(
-            """
-            UPDATE notification_ledger l SET outcome = o.o
-            FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb) AS o(u text, o text)
-            WHERE l.notification_uuid = o.u
-            """,
+            "UPDATE notification_ledger SET outcome = 'unchanged' WHERE notification_uuid = ANY(\(keys.sorted(by: String.precedesInByteOrder))::text[])",
             logger: logger)
     }
 

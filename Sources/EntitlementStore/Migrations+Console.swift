@@ -1,8 +1,8 @@
 extension Migrations {
     /// What the operator console shows and who may see it. Every Kafka record of a notification is a delivery
     /// (keyed by its position, so a replay or a redelivered batch counts nothing twice; a re-driven record is marked,
-    /// and not counted as Apple's); the ledger keeps each
-    /// notification's outcome, written in the batch transaction that applied it; a dead letter keeps its reason,
+    /// and not counted as Apple's); the ledger marks each notification that changed nothing `unchanged` (NULL:
+    /// applied), in the batch transaction that decided it; a dead letter keeps its reason,
     /// the identifiers its payload claims (unverified, for finding it) and its payload. Operators, their sessions
     /// (only a token's hash) and the audit of their actions. Only new tables and nullable columns: no rewrite.
     static let console = Migration(version: 16, name: "console: deliveries, outcomes, dead letters' details, operators, sessions, audit", sql: [

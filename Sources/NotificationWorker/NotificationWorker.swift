@@ -151,6 +151,8 @@ public final class NotificationWorker: Service, Sendable {
         var deadLettered: [DeadLetteredRecord] = []
         var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
         for (message, verifiedRecord) in zip(batch, outcomes) {
+            let receivedAt = NotificationRecordHeader.receivedAt(of: message.headers)
+            let redriven = RedriveHeader.isRedriven(message.headers)
             switch verifiedRecord.outcome {
             case .success(let verified):
                 metrics.notificationType(verified.payload.notificationType)
@@ -160,16 +162,14 @@ public final class NotificationWorker: Service, Sendable {
                 }
                 var notification = StoredNotification(
                     verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic, kafkaPartition: message.partition, kafkaOffset: message.offset,
-                    receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)),
-                    source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
-                notification.redriven = message.headers.string(RedriveHeader.from) != nil
+                    receivedAt: receivedAt, source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
+                notification.redriven = redriven
                 stored.append(notification)
             case .failure(let error):
                 var record = DeadLetteredRecord(
                     position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code,
-                    reason: error.reason, payload: message.value,
-                    receivedAt: message.headers.string(NotificationRecordHeader.receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:)))
-                record.redriven = message.headers.string(RedriveHeader.from) != nil
+                    reason: error.reason, payload: message.value, receivedAt: receivedAt)
+                record.redriven = redriven
                 deadLettered.append(record)
                 pendingDeadLetters.append((record, deadLetter(message, error)))
             }

@@ -24,6 +24,11 @@ public enum NotificationRecordHeader {
     /// Apple's notifications. Ingest never sets it, so nothing from the internet is read as one.
     public static let recordKind = "record-kind"
 
+    /// When ingest (or the pull side) took the record: the `received-at` header, when it is a number.
+    public static func receivedAt(of headers: [KafkaHeader]) -> Timestamp? {
+        headers.string(receivedAt).flatMap { Int64($0) }.map(Timestamp.init(millisecondsSince1970:))
+    }
+
     /// The archive's `source`: the header, bounded (it is only informational), or `ingest`.
     public static func source(of headers: [KafkaHeader]) -> String {
         guard let value = headers.string(source), !value.isEmpty else { return "ingest" }
@@ -57,6 +62,9 @@ public enum RedriveHeader {
     public static let at = "redriven-at"
     /// How many times this payload was re-driven.
     public static let count = "redrive-count"
+
+    /// Whether the record was re-driven from a dead letter (a delivery, but not Apple's).
+    public static func isRedriven(_ headers: [KafkaHeader]) -> Bool { headers.string(from) != nil }
 }
 
 /// Produces what the pull side fetched to the notifications topic, as ingest produces notifications (acks=all,
