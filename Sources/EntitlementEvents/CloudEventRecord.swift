@@ -1,6 +1,7 @@
 import AppStoreNotifications
 import EntitlementStore
 import KafkaClient
+import ServiceContextModule
 
 /// An outbox row as a Kafka record in the CloudEvents Kafka protocol binding, binary content mode: the
 /// attributes are `ce_*` headers, the value is the `data` JSON, `content-type` says so; key = subject.
@@ -9,7 +10,10 @@ import KafkaClient
 /// subscription (`subject`) inside a source per app. The order travels as `data.sequence` instead, next to the
 /// subject it counts; the source stays per app, which is what consumers filter on.
 public enum CloudEventRecord {
-    public static func message(_ event: OutboxEvent, topic: String) -> KafkaProducerMessage {
+    /// `context`: the relay's send span, when tracing is on. The record then carries `traceparent` for this hop and,
+    /// from the outbox row, `ce_traceparent` (the CloudEvents distributed-tracing extension) naming the span of the
+    /// notification that caused the event: the same trace, from Apple's POST on.
+    public static func message(_ event: OutboxEvent, topic: String, context: ServiceContext? = nil) -> KafkaProducerMessage {
         var headers = [
             KafkaHeader(key: CloudEventsHeader.specVersion, string: "1.0"),
             KafkaHeader(key: CloudEventsHeader.id, string: event.eventId),
@@ -19,7 +23,8 @@ public enum CloudEventRecord {
             KafkaHeader(key: CloudEventsHeader.time, string: event.time),
         ]
         headers.append(KafkaHeader(key: CloudEventsHeader.contentType, string: "application/json"))
-        return KafkaProducerMessage(topic: topic, key: Array(event.subject.utf8), value: Array(event.data.utf8), headers: headers)
+        if let traceparent = event.traceparent { headers.append(KafkaHeader(key: CloudEventsHeader.traceparent, string: traceparent)) }
+        return KafkaProducerMessage(topic: topic, key: Array(event.subject.utf8), value: Array(event.data.utf8), headers: headers.injecting(context))
     }
 
     /// A record read back from the events topic as the CloudEvents structured form: the attributes and `data`

@@ -4,6 +4,8 @@ import KafkaClient
 import Logging
 import Prometheus
 import ServiceLifecycle
+import ServiceRuntime
+import Tracing
 
 /// Publishes the outbox to the events topic, in order per subscription, at least once with stable ids.
 ///
@@ -105,11 +107,27 @@ public struct OutboxRelay: Service {
     /// Sends a round's events in order and answers which rows may be marked published.
     func publish(_ events: [OutboxEvent]) async throws -> [Int64] {
         let topic = configuration.topic
-        let results = await producer.sendInOrderAndAwait(events.map { CloudEventRecord.message($0, topic: topic) })
+        // With tracing on, each event is sent in a span of the notification's trace (the outbox row's context).
+        let spans: [(any Span)?] = events.map { event in
+            guard PipelineTracing.isTracing, event.traceparent != nil else { return nil }
+            let span = startSpan("send \(topic)", context: PipelineTracing.context(ofTraceparent: event.traceparent), ofKind: .producer)
+            span.attributes.messaging(operation: "send", destination: topic)
+            span.attributes["cloudevents.event_id"] = event.eventId
+            span.attributes["cloudevents.event_type"] = event.type
+            return span
+        }
+        let results = await producer.sendInOrderAndAwait(zip(events, spans).map { CloudEventRecord.message($0, topic: topic, context: $1?.context) })
         var blocked: Set<String> = []
         var published: [Int64] = []
         var firstError: KafkaError?
-        for (event, result) in zip(events, results) {
+        for ((event, result), span) in zip(zip(events, results), spans) {
+            if let span {
+                switch result {
+                case .success(let report): span.attributes.messaging(partition: report.partition, offset: report.offset)
+                case .failure(let error): span.recordError(error)
+                }
+                span.end()
+            }
             switch result {
             case .success(let report) where report.offset < 0:
                 // An acknowledgement without an offset ("a duplicate of a send I already have") is not proof: a

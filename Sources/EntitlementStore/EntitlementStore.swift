@@ -23,6 +23,9 @@ public struct StoredNotification: Sendable {
     /// rebuild exactly and is archived raw. Given by the worker (taken apart in its parallel verify tasks: `archived:`
     /// `.some(nil)` means "tried, archive it raw"), else computed here.
     public var archived: ArchivedJWS?
+    /// The W3C `traceparent` of the worker's span for this record, when tracing is on: its events' outbox rows keep it
+    /// (the relay and the webhooks service continue the trace) and its delivery and archive rows keep its trace id.
+    public var traceparent: String?
 
     public init(
         verified: VerifiedNotification, signedPayload: String, kafkaTopic: String? = nil, kafkaPartition: Int32? = nil, kafkaOffset: Int64? = nil,
@@ -47,6 +50,15 @@ public struct StoredNotification: Sendable {
         self.archived = archived ?? ArchivedJWS.decompose(signedPayloadBytes)
     }
 
+    /// Where the record was read, when it was read from a topic.
+    public var position: RecordPosition? {
+        guard let kafkaTopic, let kafkaPartition, let kafkaOffset else { return nil }
+        return RecordPosition(topic: kafkaTopic, partition: kafkaPartition, offset: kafkaOffset)
+    }
+
+    /// The trace id of `traceparent`.
+    public var traceId: String? { traceparent.flatMap(TraceParent.traceId) }
+
     /// The dedupe key: Apple's notificationUUID (resent unchanged on retries).
     public var deduplicationKey: String {
         verified.payload.notificationUUID ?? "payload:" + Hex.encode(signedPayloadBytes.suffix(86))
@@ -65,6 +77,8 @@ public struct DeadLetteredRecord: Sendable, Hashable {
     public var receivedAt: Timestamp?
     /// Re-driven from an earlier dead letter: not one of Apple's deliveries.
     public var redriven = false
+    /// The trace the record was handled in (W3C trace id), when tracing is on.
+    public var traceId: String?
 
     /// Its row for `dead_lettered_records` (jsonb refuses U+0000, which attacker text may hold: dropped).
     var row: JSONValue {
@@ -73,7 +87,7 @@ public struct DeadLetteredRecord: Sendable, Hashable {
             "t": .string(position.topic), "p": .number(JSONNumber(Int64(position.partition))), "o": .number(JSONNumber(position.offset)),
             "c": text(errorCode), "r": text(reason), "u": text(claims.notificationUUID), "nt": text(claims.notificationType), "b": text(claims.bundleId),
             "ot": text(claims.originalTransactionId), "ra": receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null, "pl": text(payload),
-            "rd": .bool(redriven),
+            "rd": .bool(redriven), "ti": text(traceId),
         ]))
     }
 
@@ -107,6 +121,10 @@ public struct BatchOutcome: Sendable, Hashable {
     public var events = 0
     /// Purchases posted through the customer API whose ownership was decided.
     public var purchases = 0
+    /// Which records were not applied, for their spans' outcome: duplicates (by position; a record without one is
+    /// not listed) and new notifications that changed nothing (by dedupe key). The rest were applied.
+    public var duplicatePositions: Set<RecordPosition> = []
+    public var unchangedKeys: Set<String> = []
 
     public init(applied: Int = 0, duplicates: Int = 0, entitlementsUpdated: Int = 0, stale: Int = 0, events: Int = 0) {
         self.applied = applied
@@ -211,7 +229,9 @@ public struct EntitlementStore: Sendable {
         let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
         let events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
         if !events.isEmpty {
-            try await connection.query(Self.outboxStatement(events), logger: logger)
+            var traceparents: [String: String] = [:]
+            for record in firstSeen { if let traceparent = record.traceparent { traceparents[record.deduplicationKey] = traceparent } }
+            try await connection.query(Self.outboxStatement(events, traceparents: traceparents), logger: logger)
             outcome.events = events.count
         }
         return outcome
@@ -224,10 +244,10 @@ public struct EntitlementStore: Sendable {
         try await connection.query(
             """
             INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code, reason, notification_uuid,
-                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven)
-            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd
+                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven, trace_id)
+            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd, d.ti
             FROM jsonb_to_recordset(\(JSONValue.array(ordered.map(\.row)).serialized)::jsonb)
-                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean)
+                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean, ti text)
             ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,
@@ -242,15 +262,16 @@ public struct EntitlementStore: Sendable {
             return .object(JSONObject([
                 "t": .string(topic), "p": .number(JSONNumber(Int64(partition))), "o": .number(JSONNumber(offset)), "u": .string(record.deduplicationKey),
                 "s": record.source.map(JSONValue.string) ?? .null, "r": record.receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null,
-                "d": .bool(record.redriven),
+                "d": .bool(record.redriven), "ti": record.traceId.map(JSONValue.string) ?? .null,
             ]))
         }
         guard !rows.isEmpty else { return }
         try await connection.query(
             """
-            INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, source, redriven, received_at)
-            SELECT d.t, d.p, d.o, d.u, d.s, d.d, to_timestamp(d.r / 1000.0)
-            FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb) AS d(t text, p integer, o bigint, u text, s text, d boolean, r bigint)
+            INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, source, redriven, received_at, trace_id)
+            SELECT d.t, d.p, d.o, d.u, d.s, d.d, to_timestamp(d.r / 1000.0), d.ti
+            FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb)
+                AS d(t text, p integer, o bigint, u text, s text, d boolean, r bigint, ti text)
             ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,
@@ -274,7 +295,12 @@ public struct EntitlementStore: Sendable {
         for try await key in inserted.decode(String.self) { fresh.insert(key) }
         var firstSeen: [StoredNotification] = []
         for record in batch {
-            if fresh.remove(record.deduplicationKey) != nil { firstSeen.append(record) } else { outcome.duplicates += 1 }
+            if fresh.remove(record.deduplicationKey) != nil {
+                firstSeen.append(record)
+            } else {
+                outcome.duplicates += 1
+                if let position = record.position { outcome.duplicatePositions.insert(position) }
+            }
         }
         outcome.applied = firstSeen.count
         return firstSeen
@@ -418,6 +444,7 @@ public struct EntitlementStore: Sendable {
         }
         try await writeEntitlements(changes, on: connection)
         try await recordUnchanged(changes.unchanged, on: connection)
+        outcome.unchangedKeys = Set(changes.unchanged)
         return changes.events
     }
 
@@ -598,6 +625,7 @@ public struct EntitlementStore: Sendable {
             "kafka_offset": integer(record.kafkaOffset),
             "received_at": millis(record.receivedAt),
             "source": text(record.source),
+            "trace_id": text(record.traceId),
         ]))
     }
 
@@ -677,16 +705,16 @@ public struct EntitlementStore: Sendable {
         return """
         INSERT INTO notification_archive (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
             original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source,
-            header_sha256, body, signature, nested_header_sha256, nested_bodies, nested_signatures)
+            header_sha256, body, signature, nested_header_sha256, nested_bodies, nested_signatures, trace_id)
         SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
             r.original_transaction_id, r.signed_payload, r.payload::jsonb, r.kafka_topic, r.kafka_partition, r.kafka_offset,
             to_timestamp(r.received_at / 1000.0), r.source,
             decode(r.header_sha256, 'hex'), r.body::json, r.signature,
-            \(unescaped: nestedColumns)
+            \(unescaped: nestedColumns), r.trace_id
         FROM ROWS FROM (
             jsonb_to_recordset(\(rows)::jsonb) AS (notification_uuid text, notification_type text, subtype text, signed_date bigint,
                 environment text, bundle_id text, original_transaction_id text, kafka_topic text, kafka_partition integer,
-                kafka_offset bigint, received_at bigint, source text),
+                kafka_offset bigint, received_at bigint, source text, trace_id text),
             unnest(\(signedPayloads)::text[]),
             unnest(\(payloads)::text[]),
             unnest(\(headerDigests)::text[]),
@@ -696,10 +724,10 @@ public struct EntitlementStore: Sendable {
             unnest(\(nested.map(\.payloads))::text[]),
             unnest(\(nested.map(\.signatures))::text[])
         ) AS f(notification_uuid, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
-            kafka_topic, kafka_partition, kafka_offset, received_at, source, signed_payload, payload, header_sha256, body, signature,
+            kafka_topic, kafka_partition, kafka_offset, received_at, source, trace_id, signed_payload, payload, header_sha256, body, signature,
             nested_h, nested_p, nested_s),
         LATERAL (SELECT f.notification_uuid, f.notification_type, f.subtype, f.signed_date, f.environment, f.bundle_id,
-            f.original_transaction_id, f.kafka_topic, f.kafka_partition, f.kafka_offset, f.received_at, f.source,
+            f.original_transaction_id, f.kafka_topic, f.kafka_partition, f.kafka_offset, f.received_at, f.source, f.trace_id,
             NULLIF(f.signed_payload, '') AS signed_payload, NULLIF(f.payload, '') AS payload, NULLIF(f.header_sha256, '') AS header_sha256,
             NULLIF(f.body, '') AS body, NULLIF(f.signature, '') AS signature) AS r
         ON CONFLICT (notification_uuid) DO NOTHING
@@ -920,5 +948,17 @@ enum StatementTimeouts {
                 set_config('idle_in_transaction_session_timeout', \(value), true)
             """,
             logger: logger)
+    }
+}
+
+/// W3C Trace Context's `traceparent` (`00-<trace id>-<parent id>-<flags>`), as far as the store needs it.
+public enum TraceParent {
+    /// The 32 lowercase hex digits of the trace id, or nil when `traceparent` is not of that shape.
+    public static func traceId(_ traceparent: String) -> String? {
+        let parts = traceparent.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 4, parts[1].utf8.count == 32, parts[1].utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }),
+            parts[1] != "00000000000000000000000000000000"
+        else { return nil }
+        return String(parts[1])
     }
 }

@@ -549,5 +549,6 @@ public enum Migrations {
             "ALTER TABLE webhook_deliveries ADD COLUMN lease_token uuid",
         ]),
         console,
+        tracing,
     ]
 }

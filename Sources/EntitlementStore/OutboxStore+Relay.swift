@@ -19,15 +19,19 @@ extension OutboxStore {
             guard elected else { return nil }
             let rows = try await connection.query(
                 """
-                SELECT id, event_id, event_type, source, subject, (extract(epoch FROM event_time) * 1000)::bigint, sequence, data
+                SELECT id, event_id, event_type, source, subject, (extract(epoch FROM event_time) * 1000)::bigint, sequence, data, traceparent
                 FROM entitlement_events_outbox WHERE published_at IS NULL ORDER BY id LIMIT \(limit)
                 """,
                 logger: logger)
             var events: [OutboxEvent] = []
-            for try await (id, eventId, type, source, subject, time, sequence, data) in rows.decode((Int64, String, String, String, String, Int64, Int64?, String).self) {
-                events.append(OutboxEvent(
+            for try await (id, eventId, type, source, subject, time, sequence, data, traceparent) in rows.decode(
+                (Int64, String, String, String, String, Int64, Int64?, String, String?).self)
+            {
+                var event = OutboxEvent(
                     rowId: id, eventId: eventId, type: type, source: source, subject: subject,
-                    time: Timestamp(millisecondsSince1970: time).rfc3339Milliseconds, sequence: sequence, data: data))
+                    time: Timestamp(millisecondsSince1970: time).rfc3339Milliseconds, sequence: sequence, data: data)
+                event.traceparent = traceparent
+                events.append(event)
             }
             guard !events.isEmpty else { return (0, false) }
             let published = try await publish(events)

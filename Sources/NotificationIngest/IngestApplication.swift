@@ -8,6 +8,7 @@ import Logging
 import Prometheus
 import ServiceLifecycle
 import ServiceRuntime
+import Tracing
 
 /// The ingest process's services, in start order: the application (its HTTP server and its producer) and the
 /// drain. The drain is last, so SIGTERM reaches it first: readiness fails while the server keeps serving for the
@@ -35,10 +36,12 @@ public func buildIngestApplication(
 
     var paths: [(String, String?)] = [(configuration.notificationPath, nil)]
     for (path, environment) in configuration.environmentPaths.sorted(by: { $0.key < $1.key }) { paths.append((path, environment)) }
+    // Apple's POST starts a trace (or continues the request's `traceparent`); the ops routes stay out of tracing.
+    let notifications = router.group().add(middleware: TracingMiddleware())
     for (path, environment) in paths {
-        router.post(RouterPath(path)) { request, _ in try await handler.handle(request, environmentHint: environment) }
+        notifications.post(RouterPath(path)) { request, _ in try await handler.handle(request, environmentHint: environment) }
         for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head, .options, .trace, HTTPRequest.Method("PROPFIND")!] {
-            router.on(RouterPath(path), method: method) { _, _ in
+            notifications.on(RouterPath(path), method: method) { _, _ in
                 handler.refuse(.methodNotAllowed, code: "methodNotAllowed", reason: "only POST is accepted here", extraHeaders: [.allow: "POST"])
             }
         }
@@ -112,15 +115,20 @@ struct NotificationIngestHandler: Sendable {
             KafkaHeader(key: NotificationRecordHeader.requestId, string: requestId),
         ]
         if let environmentHint { headers.append(KafkaHeader(key: NotificationRecordHeader.environmentHint, string: environmentHint)) }
+        // The record carries the send span's context (`traceparent`): the worker continues this trace.
+        let span = startSpan("send \(configuration.topic)", ofKind: .producer)
+        defer { span.end() }
+        span.attributes.messaging(operation: "send", destination: configuration.topic)
         let record = KafkaProducerMessage(
             topic: configuration.topic, key: UnverifiedPeek.partitionKey(ofNotification: signedPayload).map { Array($0.utf8) },
-            value: Array(signedPayload.utf8), headers: headers, timestamp: receivedAt)
+            value: Array(signedPayload.utf8), headers: headers.injecting(span.context), timestamp: receivedAt)
 
         // Once produced, the record is awaited to the end even if the client went away: we never answer 200
         // without the record, and a record whose answer was lost is retried by Apple and deduplicated downstream.
         let started = ContinuousClock.now
         do {
             let report = try await producer.sendAndAwait(record)
+            span.attributes.messaging(partition: report.partition, offset: report.offset)
             // An acknowledgement without an offset is the broker saying "duplicate of a send I already have":
             // right for Kafka after an internal retry, but a broker that lost the record and kept its sequence
             // state answers the same (tansu after kill -9, found by a chaos run). A 200 must rest on proof, so
@@ -137,6 +145,7 @@ struct NotificationIngestHandler: Sendable {
             logger.debug("accepted", metadata: ["partition": "\(report.partition)", "offset": "\(report.offset)", "bytes": "\(body.count)"])
             return Response(status: .ok, headers: [.init("X-Request-Id")!: requestId])
         } catch {
+            span.recordError(error)
             logger.warning("not stored, answering 503 so Apple retries: \(error)")
             return refuse(
                 .serviceUnavailable, code: "notStored", reason: "the notification could not be stored (\(error.name)); retry later",

@@ -8,6 +8,7 @@ import Prometheus
 import ServiceLifecycle
 import ServiceRuntime
 import Synchronization
+import Tracing
 
 /// Consumes notifications, verifies them, stores entitlement state, dead-letters what can never verify.
 ///
@@ -92,10 +93,11 @@ public final class NotificationWorker: Service, Sendable {
                             // The next poll (librdkafka's queue, on the client's own thread) runs beside this verification.
                             async let following = consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
                             let started = ContinuousClock.now
-                            let outcomes = await verify(batch)
+                            let trace = BatchTrace(batch, consumerGroup: configuration.groupId)
+                            let outcomes = await verify(batch, trace: trace)
                             metrics.verificationDuration.record(ContinuousClock.now - started)
                             if writing { await writes.next() }
-                            writes.addTask(priority: .high) { [batch] in await self.write(batch, outcomes, started: started) }
+                            writes.addTask(priority: .high) { [batch] in await self.write(batch, outcomes, trace: trace, started: started) }
                             writing = true
                             batch = []
                             batch = try await following
@@ -146,11 +148,15 @@ public final class NotificationWorker: Service, Sendable {
 
     /// One verified batch: dead letters, then the store transaction, then the offsets. Each step is retried until
     /// it is durable (or the process stops) and is never repeated once it succeeded.
-    func write(_ batch: [KafkaConsumerMessage], _ outcomes: [VerifiedRecord], started: ContinuousClock.Instant) async {
+    func write(_ batch: [KafkaConsumerMessage], _ outcomes: [VerifiedRecord], trace: BatchTrace = .off, started: ContinuousClock.Instant) async {
         var stored: [StoredNotification] = []
+        var storedIndices: [Int] = []
         var deadLettered: [DeadLetteredRecord] = []
         var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
-        for (message, verifiedRecord) in zip(batch, outcomes) {
+        var spanOutcomes = [String?](repeating: nil, count: trace.isOn ? batch.count : 0)
+        var transactionStart = DefaultTracerClock.now
+        func abandoned() { trace.finish(outcomes: spanOutcomes, transactionStart: transactionStart, rows: 0, error: "abandoned: the process stopped; the batch is redelivered") }
+        for (index, (message, verifiedRecord)) in zip(batch, outcomes).enumerated() {
             let receivedAt = NotificationRecordHeader.receivedAt(of: message.headers)
             let redriven = RedriveHeader.isRedriven(message.headers)
             switch verifiedRecord.outcome {
@@ -164,14 +170,25 @@ public final class NotificationWorker: Service, Sendable {
                     verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic, kafkaPartition: message.partition, kafkaOffset: message.offset,
                     receivedAt: receivedAt, source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
                 notification.redriven = redriven
+                if trace.isOn {
+                    trace.describe(index, uuid: verified.payload.notificationUUID, type: verified.payload.rawNotificationType, subtype: verified.payload.rawSubtype)
+                    notification.traceparent = trace.traceparent(of: index)
+                }
                 stored.append(notification)
+                storedIndices.append(index)
             case .failure(let error):
                 var record = DeadLetteredRecord(
                     position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code,
                     reason: error.reason, payload: message.value, receivedAt: receivedAt)
                 record.redriven = redriven
+                if trace.isOn {
+                    // What the payload claims (unverified, escaped when shown), so the trace can be found by its uuid.
+                    trace.describe(index, uuid: record.claims.notificationUUID, type: record.claims.notificationType, subtype: nil)
+                    record.traceId = trace.traceparent(of: index).flatMap(TraceParent.traceId)
+                    spanOutcomes[index] = "dead-lettered"
+                }
                 deadLettered.append(record)
-                pendingDeadLetters.append((record, deadLetter(message, error)))
+                pendingDeadLetters.append((record, deadLetter(message, error, context: trace.context(of: index))))
             }
         }
         // Dead letters: those of a redelivered batch whose transaction committed before are not published again
@@ -203,11 +220,13 @@ public final class NotificationWorker: Service, Sendable {
             published += letters.enumerated().filter { delivered.contains($0.offset) }.map(\.element.record)
             pendingDeadLetters = letters.enumerated().filter { !delivered.contains($0.offset) }.map(\.element)
             if !pendingDeadLetters.isEmpty { throw DeadLetterNotAcknowledged(count: pendingDeadLetters.count) }
-        }) else { return }
+        }) else { return abandoned() }
         for record in published {
             metrics.deadLettered(code: record.errorCode)
             // The reason is logged, never the payload (and the reason is escaped and bounded by VerificationError).
-            logger.warning("dead-lettered a record", metadata: ["code": "\(record.errorCode)", "partition": "\(record.position.partition)", "offset": "\(record.position.offset)"])
+            var metadata: Logger.Metadata = ["code": "\(record.errorCode)", "partition": "\(record.position.partition)", "offset": "\(record.position.offset)"]
+            if let traceId = record.traceId { metadata["trace_id"] = "\(traceId)" }
+            logger.warning("dead-lettered a record", metadata: metadata)
         }
         metrics.records("dead_lettered", published.count)
         metrics.records("dead_letter_already_sent", deadLettered.count - published.count)
@@ -215,8 +234,11 @@ public final class NotificationWorker: Service, Sendable {
         // the refused records are dead-lettered as `storeRejected` and the rest stored. Anything else is retried.
         var remaining = stored
         var positionsToRecord = deadLettered
+        var rejectedPositions: Set<RecordPosition> = []
+        var batchOutcome = BatchOutcome()
         var failures = 0
         guard await untilDurable("notifications", {
+            transactionStart = DefaultTracerClock.now
             do {
                 // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
                 // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
@@ -224,6 +246,7 @@ public final class NotificationWorker: Service, Sendable {
                 let result = try await withDeadline(configuration.storeTimeout, "storing the batch") { [store, remaining, positionsToRecord] in
                     try await store.store(remaining, deadLettered: positionsToRecord)
                 }
+                batchOutcome = result
                 metrics.records("applied", result.applied)
                 metrics.records("duplicate", result.duplicates)
                 metrics.records("stale", result.stale)
@@ -245,12 +268,24 @@ public final class NotificationWorker: Service, Sendable {
                         position: position, errorCode: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state))", payload: record.signedPayloadBytes,
                         receivedAt: record.receivedAt))
                     metrics.deadLettered(code: "storeRejected")
+                    rejectedPositions.insert(position)
                     logger.error("dead-lettered a record PostgreSQL refuses", metadata: ["sqlstate": "\(state)", "partition": "\(position.partition)", "offset": "\(position.offset)"])
                 }
                 remaining = accepted
                 throw error  // retried at once with what is left: the accepted records and the refused ones' positions
             }
-        }) else { return }
+        }) else { return abandoned() }
+        if trace.isOn {
+            for (record, index) in zip(stored, storedIndices) {
+                let position = record.position
+                spanOutcomes[index] =
+                    if let position, rejectedPositions.contains(position) { "dead-lettered" }
+                    else if let position, batchOutcome.duplicatePositions.contains(position) { "duplicate" }
+                    else if batchOutcome.unchangedKeys.contains(record.deduplicationKey) { "unchanged" }
+                    else { "applied" }
+            }
+            trace.finish(outcomes: spanOutcomes, transactionStart: transactionStart, rows: stored.count + deadLettered.count)
+        }
 
         var next: [KafkaTopicPartition: Int64] = [:]
         for message in batch { next[message.topicPartition] = max(next[message.topicPartition] ?? 0, message.offset + 1) }
@@ -311,12 +346,12 @@ public final class NotificationWorker: Service, Sendable {
 
     /// Verification of every record, in parallel; results in batch order. Each task also takes the verified JWS
     /// apart for the archive (ArchivedJWS), so that work runs on all cores, not in the batch's write.
-    func verify(_ batch: [KafkaConsumerMessage]) async -> [VerifiedRecord] {
+    func verify(_ batch: [KafkaConsumerMessage], trace: BatchTrace = .off) async -> [VerifiedRecord] {
         await withTaskGroup(of: (Int, VerifiedRecord).self) { group in
             for (index, message) in batch.enumerated() {
                 let kind = message.headers.string(NotificationRecordHeader.recordKind)
                 group.addTask(priority: .low) { [verifier] in
-                    let outcome = await Self.verify(message.value, kind: kind, with: verifier)
+                    let outcome = await trace.verifying(index) { await Self.verify(message.value, kind: kind, with: verifier) }
                     let archived = (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) }
                     return (index, VerifiedRecord(outcome: outcome, archived: archived))
                 }
@@ -353,10 +388,12 @@ public final class NotificationWorker: Service, Sendable {
         }
     }
 
-    func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError) -> KafkaProducerMessage {
+    /// `context`: the record's span, when tracing is on: the dead letter carries it (`traceparent`), so a re-drive
+    /// continues the notification's trace.
+    func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError, context: ServiceContext? = nil) -> KafkaProducerMessage {
         deadLetter(
             topic: message.topic, partition: message.partition, offset: message.offset, key: message.key, value: message.value,
-            headers: message.headers, timestamp: message.timestamp, code: error.code, reason: error.reason,
+            headers: message.headers.injecting(context), timestamp: message.timestamp, code: error.code, reason: error.reason,
             cause: { if case .nestedInvalid = error { return error.rootCause.code } else { return nil } }())
     }
 

@@ -23,7 +23,11 @@ public final class BackfillScene: @unchecked Sendable {
 
     /// `workerHeals`: the worker gets the `APPSTORE_*` key of the fake Apple (and a fast `HEAL_INTERVAL_MS`), so
     /// it heals contradicted rows by itself.
-    public init(bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true, workerHeals: Bool = false) async throws {
+    /// `workerEnvironment`: added to the worker's (tracing's `OTEL_*`, say).
+    public init(
+        bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true, workerHeals: Bool = false,
+        workerEnvironment: [String: String] = [:]
+    ) async throws {
         fixture = try other.map { try WorkerProcessFixture(bootstrap: bootstrap, sharing: $0) } ?? WorkerProcessFixture(bootstrap: bootstrap)
         try await fixture.createTopics(partitions: 3)
         database = try await TestDatabase.create("b" + UUID().uuidString.prefix(8).lowercased(), on: postgresURL)
@@ -31,7 +35,7 @@ public final class BackfillScene: @unchecked Sendable {
         keyFile = try apple.writeKey(to: fixture.directory)
         if withWorker {
             let heal = workerHeals ? apple.environment(keyFile: keyFile).merging(["HEAL_INTERVAL_MS": "200", "HEAL_RETRY_AFTER_MS": "2000", "APPSTORE_RATE_LIMIT_STATUSES": "100"]) { _, new in new } : [:]
-            let (worker, port) = try await fixture.startWorker(group: group, postgresURL: database, extra: heal)
+            let (worker, port) = try await fixture.startWorker(group: group, postgresURL: database, extra: heal.merging(workerEnvironment) { _, new in new })
             workers.append(worker)
             opsPorts.append(port)
             // Ready means migrated: a test that runs pipelinectl at once (reconcile, import) would otherwise meet
@@ -57,6 +61,16 @@ public final class BackfillScene: @unchecked Sendable {
         #expect(reachable, "ingest's producer did not reach the broker")
         self.ingest = ingest
         apple.fake.setIngestURL("http://127.0.0.1:\(ingest.port)/v2/notifications")
+    }
+
+    /// Starts the `ingest` executable (a process of its own, with `environment` added) and points "Apple" at it.
+    public func startIngestProcess(environment: [String: String] = [:]) throws -> Process {
+        let port = TestServices.freePort()
+        let process = try ChildProcess.startIngest(
+            binary: repositoryRoot.appendingPathComponent(".build/debug/ingest").path, bootstrap: fixture.bootstrap, port: port, topic: fixture.topic,
+            environment: environment)
+        apple.fake.setIngestURL("http://127.0.0.1:\(port)/v2/notifications")
+        return process
     }
 
     /// "Apple" sends `signedPayload` until ingest answers 200, at most four times: a loaded machine may answer

@@ -1,6 +1,7 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
+import ServiceContextModule
 
 // The notifications topic's record contract, shared by every process that writes to it or reads from it (ingest,
 // the worker, the pull side, the customer API, re-drive): the headers, and the one producer of pulled records.
@@ -78,7 +79,8 @@ public struct PulledRecordProducer: Sendable {
         self.topic = topic
     }
 
-    /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed.
+    /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed. Each carries the
+    /// current trace context (the command's or the request's span), when tracing is on.
     public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try await producer.sendAllAndAwait(records.map { record in
@@ -88,7 +90,7 @@ public struct PulledRecordProducer: Sendable {
                     KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
                     KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
                     KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
-                ], timestamp: now)
+                ].injecting(ServiceContext.current), timestamp: now)
         })
     }
 }

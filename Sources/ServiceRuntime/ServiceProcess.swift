@@ -5,7 +5,8 @@ import Prometheus
 import ServiceLifecycle
 
 /// How our long-running executables start, the same for each (worker, customer-api, webhooks): `--help` prints
-/// the settings, logging goes to stderr at `LOG_LEVEL`, metrics to a Prometheus registry, configuration is read
+/// the settings, logging goes to stderr at `LOG_LEVEL`, metrics to a Prometheus registry, traces over OTLP when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` is set (PipelineTracing), configuration is read
 /// and the services built (a failure exits 2 with the reason, naming the variable), then one ServiceGroup runs
 /// them with SIGTERM and SIGINT graceful; a service that fails exits 1, so the orchestrator replaces the process.
 public enum ServiceProcess {
@@ -29,14 +30,18 @@ public enum ServiceProcess {
             print(help)
             exit(0)
         }
-        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        // Inside a span, every line carries its trace_id and span_id (only when tracing is on: no cost otherwise).
+        LoggingSystem.bootstrap(StreamLogHandler.standardError, metadataProvider: PipelineTracing.isEnabled() ? PipelineTracing.metadataProvider : nil)
         var logger = Logger(label: "appstore-\(name)")
         logger.logLevel = Logger.Level(rawValue: EnvironmentReader().string("LOG_LEVEL", default: "info")) ?? .info
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        let built: Built
+        var built: Built
         do {
+            // The span exporter runs first, so it stops last and flushes the spans the other services ended.
+            let tracing = try PipelineTracing.bootstrap(serviceName: name, logger: logger)
             built = try build(logger, registry)
+            if let tracing { built.services.insert(tracing, at: 0) }
         } catch {
             logger.critical("\(error)")
             exit(2)

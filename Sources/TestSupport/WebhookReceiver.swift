@@ -20,6 +20,8 @@ public final class WebhookReceiver: Sendable {
         public var body: [UInt8]
         public var status: Int
         public var arrived: ContinuousClock.Instant
+        /// The W3C `traceparent` the delivery carried, if any.
+        public var traceparent: String? = nil
         public var json: JSONObject? { try? StrictJSONParser().parseObject(body) }
         public var subject: String { json?["subject"]?.stringValue ?? "" }
         public var type: String { json?["type"]?.stringValue ?? "" }
@@ -134,7 +136,8 @@ public final class WebhookReceiver: Sendable {
             let answer = status ?? (state.failingSubjects.contains(subject) ? 500 : 200)
             state.deliveries.append(Delivery(
                 path: path, id: request.headers[.init("webhook-id")!] ?? "", timestamp: Int64(request.headers[.init("webhook-timestamp")!] ?? "") ?? 0,
-                signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: answer, arrived: .now))
+                signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: answer, arrived: .now,
+                traceparent: request.headers[.init("traceparent")!]))
             return answer
         }
     }

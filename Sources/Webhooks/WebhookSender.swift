@@ -17,6 +17,8 @@ public struct WebhookAttempt: Sendable, Hashable {
     public var retryAfter: Duration?
     /// True when the attempt's deadline ended it (no answer, or an answer whose body did not end in time).
     public var timedOut = false
+    /// The trace the attempt was made in (W3C trace id), when tracing is on.
+    public var traceId: String?
     /// 2xx within the timeout.
     public var succeeded: Bool { status.map { (200..<300).contains($0) } ?? false }
 
@@ -55,6 +57,8 @@ public final class WebhookSender: Sendable {
 
     /// Sends `body` (the event as structured CloudEvents JSON) to `url` signed with `secrets` (the current one,
     /// plus the previous one during a rotation's overlap).
+    /// With tracing on, the HTTP client adds the request's `traceparent` (a client span of the current context), so
+    /// the receiver can continue the notification's trace.
     public func deliver(url: String, allowHTTP: Bool, id: String, body: [UInt8], secrets: [String], now: Date = Date()) async -> WebhookAttempt {
         let started = ContinuousClock.now
         let deadline = started + timeout

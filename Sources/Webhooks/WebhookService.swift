@@ -6,6 +6,8 @@ import KafkaClient
 import Logging
 import Prometheus
 import ServiceLifecycle
+import ServiceRuntime
+import Tracing
 
 extension WebhookEvent {
     /// An entitlement event as read from the events topic, with its structured CloudEvents body; nil for a
@@ -19,6 +21,7 @@ extension WebhookEvent {
             id: id, type: type, subject: structured["subject"]?.stringValue ?? "", time: Date(timeIntervalSince1970: Double(time.millisecondsSince1970) / 1000),
             bundleId: data?["bundleId"]?.stringValue, environment: data?["environment"]?.stringValue, partition: record.partition, offset: record.offset,
             body: structured.serialized)
+        traceparent = record.headers.string("traceparent")
     }
 }
 
@@ -187,7 +190,25 @@ public struct WebhookDispatcher: Service {
     }
 
     func attempt(_ delivery: DueDelivery) async {
-        let result = await sender.deliver(url: delivery.url, allowHTTP: delivery.allowHTTP, id: delivery.eventId, body: Array(delivery.body.utf8), secrets: delivery.secrets)
+        // With tracing on, the attempt is a span of the notification's trace (the event record's context, kept on the
+        // delivery): resolution, connect and the request within it. The HTTP client makes its POST a client span
+        // under it and sends that span's `traceparent` to the receiver.
+        let span: (any Span)? = PipelineTracing.isTracing
+            ? startSpan("webhook attempt", context: PipelineTracing.context(ofTraceparent: delivery.traceparent), ofKind: .internal) : nil
+        if let span {
+            span.attributes["webhook.endpoint_id"] = delivery.endpointId
+            span.attributes["webhook.id"] = delivery.eventId
+            span.attributes["webhook.attempt"] = delivery.attempts + 1
+        }
+        var result = await ServiceContext.$current.withValue(span?.context ?? ServiceContext.current) {
+            await sender.deliver(url: delivery.url, allowHTTP: delivery.allowHTTP, id: delivery.eventId, body: Array(delivery.body.utf8), secrets: delivery.secrets)
+        }
+        result.traceId = span.flatMap { PipelineTracing.traceparent(of: $0.context) }.flatMap(TraceParent.traceId)
+        if let span {
+            if let status = result.status { span.attributes["http.response.status_code"] = status }
+            if !result.succeeded { span.setStatus(SpanStatus(code: .error, message: result.error ?? result.status.map { "HTTP \($0)" })) }
+            span.end()
+        }
         metrics.attemptDuration.record(.milliseconds(result.latencyMilliseconds))
         if result.timedOut { metrics.timedOut() }
         let outcome = configuration.outcome(of: result, attempts: delivery.attempts)
@@ -201,7 +222,7 @@ public struct WebhookDispatcher: Service {
         for wait in [0, 200, 1_000] {
             if wait > 0 { try? await Task.sleep(for: .milliseconds(wait)) }
             do {
-                let recorded = try await withDeadline(configuration.storeTimeout, "recording an attempt") { [store] in
+                let recorded = try await withDeadline(configuration.storeTimeout, "recording an attempt") { [store, result] in
                     try await store.record(result, of: delivery, outcome: outcome)
                 }
                 if recorded {

@@ -69,6 +69,9 @@ public struct WebhookEvent: Sendable, Hashable {
     public var offset: Int64
     /// The CloudEvents structured form (attributes and `data` in one object): what is POSTed.
     public var body: String
+    /// The event record's trace context (the relay's send span), when tracing was on: its deliveries' attempts
+    /// continue that trace.
+    public var traceparent: String?
 
     public init(id: String, type: String, subject: String, time: Date, bundleId: String?, environment: String?, partition: Int32, offset: Int64, body: String) {
         self.id = id
@@ -96,6 +99,8 @@ public struct DueDelivery: Sendable, Hashable {
     /// The claim's token: the attempt's outcome is recorded only while the delivery still carries it (fencing), so
     /// an attempt that outlived its lease can neither move the row nor count twice.
     public var leaseToken: UUID
+    /// The event's trace context, when tracing was on.
+    public var traceparent: String?
 }
 
 /// A row of the delivery log, for `pipelinectl webhooks deliveries`.
@@ -233,6 +238,7 @@ public struct WebhookStore: Sendable {
                     "endpoint_id": .string(endpoint.id), "event_id": .string(event.id), "event_type": .string(event.type), "subject": .string(event.subject),
                     "event_time": .number(JSONNumber(Int64(event.time.timeIntervalSince1970 * 1000))), "kafka_partition": .number(JSONNumber(Int64(event.partition))),
                     "kafka_offset": .number(JSONNumber(event.offset)), "body": .string(event.body),
+                    "traceparent": event.traceparent.map(JSONValue.string) ?? .null,
                 ])))
             }
         }
@@ -240,10 +246,11 @@ public struct WebhookStore: Sendable {
         let payload = JSONValue.array(rows).serialized
         let inserted = try await client.query(
             """
-            INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body)
-            SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body
+            INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, traceparent)
+            SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body,
+                r.traceparent
             FROM jsonb_to_recordset(\(payload)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
-                kafka_partition int, kafka_offset bigint, body text)
+                kafka_partition int, kafka_offset bigint, body text, traceparent text)
             ON CONFLICT (endpoint_id, event_id) DO NOTHING
             RETURNING id
             """,
@@ -294,17 +301,19 @@ public struct WebhookStore: Sendable {
             UPDATE webhook_deliveries d SET leased_until = now() + make_interval(secs => \(leaseSeconds)), lease_token = gen_random_uuid()
             FROM chosen, webhook_endpoints e
             WHERE d.id = chosen.id AND e.id = d.endpoint_id
-            RETURNING d.id, d.endpoint_id, d.event_id, d.body, d.attempts, e.url, e.allow_http, e.secret, e.previous_secret, e.previous_secret_until, d.lease_token
+            RETURNING d.id, d.endpoint_id, d.event_id, d.body, d.attempts, e.url, e.allow_http, e.secret, e.previous_secret, e.previous_secret_until, d.lease_token,
+                d.traceparent
             """,
             logger: logger)
         var due: [DueDelivery] = []
         let now = Date()
-        for try await (id, endpointId, eventId, body, attempts, url, allowHTTP, secret, previous, until, token) in rows.decode(
-            (Int64, String, String, String, Int, String, Bool, String, String?, Date?, UUID).self)
+        for try await (id, endpointId, eventId, body, attempts, url, allowHTTP, secret, previous, until, token, traceparent) in rows.decode(
+            (Int64, String, String, String, Int, String, Bool, String, String?, Date?, UUID, String?).self)
         {
             let secrets = previous.flatMap { previous in until.map { $0 > now ? [secret, previous] : [secret] } } ?? [secret]
             due.append(DueDelivery(
-                id: id, endpointId: endpointId, eventId: eventId, body: body, attempts: attempts, url: url, allowHTTP: allowHTTP, secrets: secrets, leaseToken: token))
+                id: id, endpointId: endpointId, eventId: eventId, body: body, attempts: attempts, url: url, allowHTTP: allowHTTP, secrets: secrets, leaseToken: token,
+                traceparent: traceparent))
         }
         return due
     }
@@ -341,8 +350,8 @@ public struct WebhookStore: Sendable {
             if fenced { return false }
             try await connection.query(
                 """
-                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, error, response_excerpt)
-                VALUES (\(delivery.id), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt))
+                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, error, response_excerpt, trace_id)
+                VALUES (\(delivery.id), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt), \(attempt.traceId))
                 """,
                 logger: logger)
             switch outcome {

@@ -70,7 +70,10 @@ struct BackfillCommand: AsyncParsableCommand {
         if notificationType != nil, transactionId != nil { throw ValidationError("--type and --transaction-id cannot be combined (Apple refuses both at once)") }
     }
 
-    func run() async throws {
+    /// A trace of its own when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT): its records' handling joins it.
+    func run() async throws { try await PipelineTracing.tracedCommand("pipelinectl backfill", logger: toolLogger) { try await runTraced() } }
+
+    func runTraced() async throws {
         let environment = try appStore.resolvedEnvironment()
         let operations = try connection.configuration()
         let progress = BackfillProgressLine()

@@ -122,7 +122,10 @@ struct ReconcileCommand: AsyncParsableCommand {
         if olderThan != nil, !stale { throw ValidationError("--older-than goes with --stale") }
     }
 
-    func run() async throws {
+    /// A trace of its own when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT): its records' handling joins it.
+    func run() async throws { try await PipelineTracing.tracedCommand("pipelinectl reconcile", logger: toolLogger) { try await runTraced() } }
+
+    func runTraced() async throws {
         let environment = try appStore.resolvedEnvironment()
         let listed = try selection.ids()
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
@@ -174,7 +177,10 @@ struct ImportCommand: AsyncParsableCommand {
     @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
     @Flag(help: "Print the summary as JSON.") var json = false
 
-    func run() async throws {
+    /// A trace of its own when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT): its records' handling joins it.
+    func run() async throws { try await PipelineTracing.tracedCommand("pipelinectl import", logger: toolLogger) { try await runTraced() } }
+
+    func runTraced() async throws {
         let environment = try appStore.resolvedEnvironment()
         let ids = try selection.ids()
         guard !ids.isEmpty else { throw ValidationError("give the ids to import: --transaction-id or --from-file") }

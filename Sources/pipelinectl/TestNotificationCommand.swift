@@ -25,7 +25,10 @@ struct TestNotificationCommand: AsyncParsableCommand {
     @Option(help: "How long to wait in all (e.g. 2m, 90s).") var timeout = "2m"
     @Flag(help: "Print the report as JSON.") var json = false
 
-    func run() async throws {
+    /// A trace of its own when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT): its records' handling joins it.
+    func run() async throws { try await PipelineTracing.tracedCommand("pipelinectl test-notification", logger: toolLogger) { try await runTraced() } }
+
+    func runTraced() async throws {
         let limit = try parseDuration(timeout, option: "--timeout")
         let api = try appStore.client()
         let operations = try connection.configuration()

@@ -27,8 +27,8 @@ final class WebhooksScene: @unchecked Sendable {
     var fixture: WorkerProcessFixture { scene.fixture }
     let binary = repositoryRoot.appendingPathComponent(".build/debug/webhooks").path
 
-    init(bootstrap: String, postgresURL: String, slowSeconds: Int = 3) async throws {
-        scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+    init(bootstrap: String, postgresURL: String, slowSeconds: Int = 3, workerEnvironment: [String: String] = [:]) async throws {
+        scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: workerEnvironment)
         // The worker migrates as it starts, but its ops port listens before that ends: without this, a pipelinectl
         // call right away raced the migration (a fresh-clone run under load failed "the database lacks migrations").
         let migrated = try await scene.run(["migrate"])

@@ -183,7 +183,9 @@ public struct EntitlementEvent: Sendable, Hashable {
     public var bundleId: String
     public var originalTransactionId: String?
     public var data: JSONObject
-
+    /// The dedupe key of the cause (its notificationUUID or pulled record id): where the store finds the trace
+    /// context the cause arrived with.
+    public var causeKey: String
 
     /// A change of one subscription's decisive fields from `before` (the previous event's `after`; nil for the
     /// subscription's first event) to `state` as of `cause`. Nil when nothing decisive changed.
@@ -260,7 +262,7 @@ public struct EntitlementEvent: Sendable, Hashable {
                 cause: cause.notificationUUID, environment: environment, bundleId: bundleId, subject: subject,
                 type: type.isSequenced && type != .transferred ? nil : type),
             type: type, source: "/apps/\(bundleId)/\(environment)", subject: subject, time: cause.signedDate, sequence: sequence,
-            environment: environment, bundleId: bundleId, originalTransactionId: originalTransactionId, data: data)
+            environment: environment, bundleId: bundleId, originalTransactionId: originalTransactionId, data: data, causeKey: cause.notificationUUID)
     }
 
     /// A UUID-shaped id (version 5 layout) from SHA-256 of the cause and the subscription (and, for types outside
@@ -297,6 +299,11 @@ public enum CloudEventsHeader {
     public static let contentType = "content-type"
     /// Every header the relay sets, in the order it sets them (the AsyncAPI document lists each).
     public static let all = [specVersion, id, source, type, subject, time, contentType]
+    /// The CloudEvents distributed-tracing extension: the trace context of the notification that caused the event
+    /// (present when tracing was on as it was handled).
+    public static let traceparent = "ce_traceparent"
+    /// With tracing on, the relay also sets these: the extension above and its own hop's W3C trace context.
+    public static let tracing = [traceparent, "traceparent", "tracestate"]
 }
 
 extension Timestamp {
