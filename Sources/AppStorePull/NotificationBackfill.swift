@@ -4,6 +4,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import ServiceContextModule
 import ServiceRuntime
 
 /// What one backfill asks Apple for.
@@ -198,7 +199,7 @@ public struct NotificationBackfill: Sendable {
             }
             return KafkaProducerMessage(
                 topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: item.signedPayload).map { Array($0.utf8) },
-                value: Array(item.signedPayload.utf8), headers: headers, timestamp: now)
+                value: Array(item.signedPayload.utf8), headers: headers.injecting(ServiceContext.current), timestamp: now)
         }
         // All of the page in flight at once, every acknowledgement awaited: the page counts only when all arrived.
         try await producer.sendAllAndAwait(records)

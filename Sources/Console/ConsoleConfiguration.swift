@@ -25,6 +25,9 @@ public struct ConsoleConfiguration: Sendable {
     public var loginWindow: Duration = .seconds(15 * 60)
     /// `CONSOLE_PAGE_SIZE`: timeline rows per page (50).
     public var pageSize = 50
+    /// `CONSOLE_TRACE_URL`: where a trace id links to, `{traceId}` standing for it (Jaeger:
+    /// `http://localhost:16686/trace/{traceId}`); unset, the id is shown as text.
+    public var traceURLTemplate: String?
     public var shared: PipelineSettings
 
     public init(shared: PipelineSettings) {
@@ -34,7 +37,7 @@ public struct ConsoleConfiguration: Sendable {
     public static let environmentKeys = [
         "CONSOLE_HOST", "CONSOLE_PORT", "CONSOLE_OPS_PORT", "CONSOLE_SESSION_IDLE", "CONSOLE_ALLOW_HTTP", "CONSOLE_LOGIN_ATTEMPTS", "CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", "CONSOLE_LOGIN_WINDOW",
         "CONSOLE_TRUST_FORWARDED_FOR",
-        "CONSOLE_PAGE_SIZE",
+        "CONSOLE_PAGE_SIZE", "CONSOLE_TRACE_URL",
     ] + PipelineSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> ConsoleConfiguration {
@@ -49,6 +52,12 @@ public struct ConsoleConfiguration: Sendable {
         configuration.trustForwardedFor = try environment.bool("CONSOLE_TRUST_FORWARDED_FOR", default: false)
         configuration.loginWindow = try environment.duration("CONSOLE_LOGIN_WINDOW", default: configuration.loginWindow)
         configuration.pageSize = try environment.int("CONSOLE_PAGE_SIZE", default: configuration.pageSize, range: 5...500)
+        if let template = environment.optionalString("CONSOLE_TRACE_URL") {
+            guard template.contains("{traceId}"), template.hasPrefix("http://") || template.hasPrefix("https://") else {
+                throw ConfigurationError(variable: "CONSOLE_TRACE_URL", reason: "must be an http(s) URL containing {traceId}")
+            }
+            configuration.traceURLTemplate = template
+        }
         return configuration
     }
 
@@ -64,6 +73,7 @@ public struct ConsoleConfiguration: Sendable {
           CONSOLE_TRUST_FORWARDED_FOR       true: the client address is X-Forwarded-For's first (behind a proxy that sets it)
           CONSOLE_LOGIN_WINDOW              that window (15m)
           CONSOLE_PAGE_SIZE                 timeline rows per page (50)
+          CONSOLE_TRACE_URL                 a trace id's link, {traceId} standing for it (e.g. http://localhost:16686/trace/{traceId})
           APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*
                                             read exactly as the worker reads them
           LOG_LEVEL                         trace, debug, info (default), notice, warning, error, critical

@@ -27,7 +27,7 @@ extension ConsolePages {
                 operatorEmail: session.email, action: "redrive", reason: reason, bundleId: claimed[0].isEmpty ? nil : claimed[0],
                 originalTransactionId: claimed[1].isEmpty ? nil : claimed[1], detail: JSONObject(["positions": .array(group.map { .string($0.position) })]))
         }
-        try await actions.redrive(letters.map { ($0.position, $0.key, $0.payload) })
+        try await actions.redrive(letters.map { ($0.position, $0.key, $0.payload, $0.traceparent) })
         metrics.action("redrive", outcome: "ok")
         logger.info("console re-drive", metadata: ["operator": "\(session.email)", "records": "\(letters.count)"])
         return try await deadLettersPage(request, session, acted: "Re-drove \(letters.count) dead letter(s) to \(actions.topic).")
@@ -79,14 +79,16 @@ struct ConsoleActions: Sendable {
     var canReconcile: Bool { !appStore.isEmpty }
 
     /// Each stored payload produced again, keyed by the subscription it claims, with the re-drive headers of
-    /// `pipelinectl dlq redrive` (and `source: redrive`); each send waits for the broker's acknowledgement.
-    func redrive(_ letters: [(position: String, key: String?, payload: String)]) async throws {
+    /// `pipelinectl dlq redrive` (and `source: redrive`); each send waits for the broker's acknowledgement. With the
+    /// dead letter's `traceparent` (tracing was on when it was handled), the re-driven record continues its trace.
+    func redrive(_ letters: [(position: String, key: String?, payload: String, traceparent: String?)]) async throws {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         for letter in letters {
-            let headers = [
+            var headers = [
                 KafkaHeader(key: RedriveHeader.from, string: letter.position), KafkaHeader(key: RedriveHeader.at, string: String(now)),
                 KafkaHeader(key: NotificationRecordHeader.source, string: "redrive"),
             ]
+            if let traceparent = letter.traceparent { headers.append(KafkaHeader(key: "traceparent", string: traceparent)) }
             _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: letter.key.map { Array($0.utf8) }, value: Array(letter.payload.utf8), headers: headers))
         }
     }

@@ -249,13 +249,20 @@ struct ConsolePages: Sendable {
     func addTimeline(to values: inout [String: Any], _ request: Request, bundle: String, subscriptions: [String], path: String) async throws {
         let cursor = request.uri.queryParameters.get("before").flatMap(TimelineCursor.init)
         let page = try await store.timeline(bundleId: bundle, subscriptions: subscriptions, before: cursor, limit: configuration.pageSize)
-        values["rows"] = page.rows.map(Self.timelineRow)
+        values["rows"] = page.rows.map { Self.timelineRow($0, traceURLTemplate: configuration.traceURLTemplate) }
         if let next = page.next { values["nextPath"] = path + "?before=" + ConsolePaths.component(next.text) }
     }
 
     /// A timeline row as its template shows it.
-    static func timelineRow(_ row: JSONValue) -> [String: Any] {
+    static func timelineRow(_ row: JSONValue, traceURLTemplate: String? = nil) -> [String: Any] {
         var values = plain(row) as? [String: Any] ?? [:]
+        // The trace id is ours (32 hex digits, written by the worker), never attacker text; the link is built only
+        // from that shape.
+        if let traceId = values["traceId"] as? String, traceId.utf8.count == 32, traceId.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) {
+            values["traceURL"] = traceURLTemplate?.replacingOccurrences(of: "{traceId}", with: traceId)
+        } else {
+            values["traceId"] = nil
+        }
         let kind = values["kind"] as? String ?? ""
         values["isNotification"] = ["notification", "purchase", "snapshot"].contains(kind)
         values["isEvent"] = kind == "event"

@@ -78,10 +78,11 @@ enum ConsoleTemplates {
             <section><h2>Timeline <small>newest first</small></h2>
             <ol class="timeline">
             {{#rows}}
-            {{#isNotification}}<li class="row {{outcomeClass}}" data-kind="{{kind}}" data-notification-uuid="{{uuid}}" data-outcome="{{outcome}}" data-deliveries="{{deliveries}}">
+            {{#isNotification}}<li class="row {{outcomeClass}}" data-kind="{{kind}}" data-notification-uuid="{{uuid}}" data-outcome="{{outcome}}" data-deliveries="{{deliveries}}"{{#traceId}} data-trace-id="{{traceId}}"{{/traceId}}>
             <span class="what">{{kind}} {{type}}{{#subtype}} / {{subtype}}{{/subtype}}</span> <span class="outcome">{{outcome}}{{#code}}: {{code}}{{/code}}</span>
             <span class="times">signed {{signedDate}} · received {{firstReceived}}{{#repeated}} … {{lastReceived}}{{/repeated}} · {{deliveries}} deliver{{#plural}}ies{{/plural}}{{^plural}}y{{/plural}}</span>
             {{#reason}}<span class="reason">{{reason}}</span>{{/reason}}
+            {{#traceId}}<span class="trace">trace {{#traceURL}}<a href="{{traceURL}}" rel="noreferrer">{{traceId}}</a>{{/traceURL}}{{^traceURL}}<code>{{traceId}}</code>{{/traceURL}}</span>{{/traceId}}
             <span class="ids">{{#uuid}}{{#detailPath}}<a href="{{detailPath}}">{{uuid}}</a>{{/detailPath}}{{^detailPath}}{{uuid}}{{/detailPath}}{{/uuid}} · subscription {{subscription}}{{#source}} · {{source}}{{/source}}</span></li>{{/isNotification}}
             {{#isEvent}}<li class="row event" data-kind="event" data-event-id="{{eventId}}" data-sequence="{{sequence}}">
             <span class="what">event {{type}} #{{sequence}}</span> <span class="outcome">{{before}} → {{after}}</span> <span class="times">{{time}}{{^published}} · not yet published{{/published}}</span>

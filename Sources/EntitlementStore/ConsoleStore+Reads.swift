@@ -160,7 +160,7 @@ extension ConsoleStore {
                             ELSE 'notification' END,
                         'uuid', n.notification_uuid, 'type', n.notification_type, 'subtype', n.subtype, 'signedDate', \(unescaped: Self.iso("n.signed_date")),
                         'source', n.source, 'environment', n.environment, 'subscription', n.original_transaction_id,
-                        'outcome', coalesce(l.outcome, 'applied'), 'deliveries', greatest(d.count, 1),
+                        'outcome', coalesce(l.outcome, 'applied'), 'deliveries', greatest(d.count, 1), 'traceId', n.trace_id,
                         'firstReceived', \(unescaped: Self.iso("coalesce(n.received_at, d.first, n.stored_at)")),
                         'lastReceived', \(unescaped: Self.iso("coalesce(d.last, n.received_at, n.stored_at)")))
                     FROM notification_archive n
@@ -172,6 +172,7 @@ extension ConsoleStore {
                     SELECT json_build_object(
                         'kind', 'notification', 'uuid', min(x.notification_uuid), 'type', min(x.notification_type), 'outcome', 'dead-lettered',
                         'code', min(x.error_code), 'reason', min(x.reason), 'deliveries', greatest(count(*) FILTER (WHERE NOT x.redriven), 1),
+                        'traceId', min(x.trace_id),
                         'redrives', count(*) FILTER (WHERE x.redriven), 'subscription', min(x.original_transaction_id),
                         'firstReceived', \(unescaped: Self.iso("min(coalesce(x.received_at, x.dead_lettered_at))")),
                         'lastReceived', \(unescaped: Self.iso("max(coalesce(x.received_at, x.dead_lettered_at))")), 'position', min(\(unescaped: position)))
@@ -245,16 +246,19 @@ extension ConsoleStore {
     }
 
     /// The stored payloads and claims of dead letters at `positions` (`topic:partition:offset`), for a re-drive.
-    public func deadLetterPayloads(_ positions: [String]) async throws -> [(position: String, bundleId: String?, key: String?, payload: String)] {
+    public func deadLetterPayloads(_ positions: [String]) async throws -> [(position: String, bundleId: String?, key: String?, payload: String, traceparent: String?)] {
         let rows = try await client.query(
             """
-            SELECT x.original_topic || ':' || x.original_partition || ':' || x.original_offset, x.bundle_id, x.original_transaction_id, x.payload
+            SELECT x.original_topic || ':' || x.original_partition || ':' || x.original_offset, x.bundle_id, x.original_transaction_id, x.payload,
+                x.traceparent
             FROM dead_lettered_records x
             WHERE x.original_topic || ':' || x.original_partition || ':' || x.original_offset = ANY(\(positions)::text[]) AND x.payload IS NOT NULL
             """,
             logger: logger)
-        var found: [(String, String?, String?, String)] = []
-        for try await (position, bundle, key, payload) in rows.decode((String, String?, String?, String).self) { found.append((position, bundle, key, payload)) }
+        var found: [(String, String?, String?, String, String?)] = []
+        for try await (position, bundle, key, payload, traceparent) in rows.decode((String, String?, String?, String, String?).self) {
+            found.append((position, bundle, key, payload, traceparent))
+        }
         return found
     }
 

@@ -77,8 +77,10 @@ public struct DeadLetteredRecord: Sendable, Hashable {
     public var receivedAt: Timestamp?
     /// Re-driven from an earlier dead letter: not one of Apple's deliveries.
     public var redriven = false
-    /// The trace the record was handled in (W3C trace id), when tracing is on.
-    public var traceId: String?
+    /// The worker's span of the record (W3C `traceparent`), when tracing is on: a re-drive continues it.
+    public var traceparent: String?
+    /// Its trace id.
+    public var traceId: String? { traceparent.flatMap(TraceParent.traceId) }
 
     /// Its row for `dead_lettered_records` (jsonb refuses U+0000, which attacker text may hold: dropped).
     var row: JSONValue {
@@ -87,7 +89,7 @@ public struct DeadLetteredRecord: Sendable, Hashable {
             "t": .string(position.topic), "p": .number(JSONNumber(Int64(position.partition))), "o": .number(JSONNumber(position.offset)),
             "c": text(errorCode), "r": text(reason), "u": text(claims.notificationUUID), "nt": text(claims.notificationType), "b": text(claims.bundleId),
             "ot": text(claims.originalTransactionId), "ra": receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null, "pl": text(payload),
-            "rd": .bool(redriven), "ti": text(traceId),
+            "rd": .bool(redriven), "ti": text(traceId), "tp": text(traceparent),
         ]))
     }
 
@@ -125,6 +127,16 @@ public struct BatchOutcome: Sendable, Hashable {
     /// not listed) and new notifications that changed nothing (by dedupe key). The rest were applied.
     public var duplicatePositions: Set<RecordPosition> = []
     public var unchangedKeys: Set<String> = []
+
+    /// Two outcomes are equal when their counts are (which records were not applied is detail for spans).
+    public static func == (lhs: Self, rhs: Self) -> Bool {
+        (lhs.applied, lhs.duplicates, lhs.entitlementsUpdated, lhs.stale, lhs.events, lhs.purchases)
+            == (rhs.applied, rhs.duplicates, rhs.entitlementsUpdated, rhs.stale, rhs.events, rhs.purchases)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        for count in [applied, duplicates, entitlementsUpdated, stale, events, purchases] { hasher.combine(count) }
+    }
 
     public init(applied: Int = 0, duplicates: Int = 0, entitlementsUpdated: Int = 0, stale: Int = 0, events: Int = 0) {
         self.applied = applied
@@ -244,10 +256,10 @@ public struct EntitlementStore: Sendable {
         try await connection.query(
             """
             INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code, reason, notification_uuid,
-                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven, trace_id)
-            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd, d.ti
+                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven, trace_id, traceparent)
+            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd, d.ti, d.tp
             FROM jsonb_to_recordset(\(JSONValue.array(ordered.map(\.row)).serialized)::jsonb)
-                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean, ti text)
+                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean, ti text, tp text)
             ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,

@@ -184,7 +184,7 @@ public final class NotificationWorker: Service, Sendable {
                 if trace.isOn {
                     // What the payload claims (unverified, escaped when shown), so the trace can be found by its uuid.
                     trace.describe(index, uuid: record.claims.notificationUUID, type: record.claims.notificationType, subtype: nil)
-                    record.traceId = trace.traceparent(of: index).flatMap(TraceParent.traceId)
+                    record.traceparent = trace.traceparent(of: index)
                     spanOutcomes[index] = "dead-lettered"
                 }
                 deadLettered.append(record)

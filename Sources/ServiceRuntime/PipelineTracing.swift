@@ -18,6 +18,16 @@ public enum PipelineTracing {
         "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES",
     ]
 
+    /// What every service's `--help` adds.
+    public static let help = """
+        Tracing (docs/tracing.md), OpenTelemetry's standard variables:
+          OTEL_EXPORTER_OTLP_ENDPOINT       the collector's OTLP/HTTP address (http://collector:4318); unset: tracing off
+          OTEL_EXPORTER_OTLP_PROTOCOL       http/protobuf (default)
+          OTEL_SERVICE_NAME                 default: the executable's name
+          OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG  default parentbased_traceidratio, 1.0
+          OTEL_RESOURCE_ATTRIBUTES          e.g. deployment.environment=production
+        """
+
     /// Whether these variables turn tracing on.
     public static func isEnabled(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
         let reader = EnvironmentReader(environment)

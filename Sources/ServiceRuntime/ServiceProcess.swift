@@ -28,6 +28,7 @@ public enum ServiceProcess {
     ) async -> Never {
         if let help, CommandLine.arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
             print(help)
+            print(PipelineTracing.help)
             exit(0)
         }
         // Inside a span, every line carries its trace_id and span_id (only when tracing is on: no cost otherwise).

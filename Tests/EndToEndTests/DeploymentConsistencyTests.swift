@@ -57,7 +57,9 @@ struct DeploymentConsistencyTests {
     ]
 
     static func reads(_ process: String, _ variable: String) -> Bool {
-        (processes[process] ?? []).contains { key in
+        // Every process of ours reads the tracing variables (ServiceProcess, pipelinectl's traced commands).
+        if processes[process] != nil, PipelineTracing.variables.contains(variable) { return true }
+        return (processes[process] ?? []).contains { key in
             key.hasSuffix("*") ? variable.hasPrefix(key.dropLast()) && variable.count > key.count - 1 : key == variable
         }
     }
@@ -300,6 +302,9 @@ struct DeploymentConsistencyTests {
             DeadLetterHeader.failedAt, DeadLetterHeader.attempt, RedriveHeader.from, RedriveHeader.at, RedriveHeader.count,
         ]
         #expect(deadLetter.subtracting(headers("deadLetter")).isEmpty, "\(deadLetter.subtracting(headers("deadLetter")))")
+        for message in ["appleNotification", "statusSnapshot", "historyTransaction", "purchase", "deadLetter"] {
+            #expect(headers(message).contains("traceparent"), "\(message) does not document traceparent")
+        }
         let channels = try #require(document["channels"] as? [String: [String: Any]])
         let defaults = OperationsConfiguration()
         #expect(channels["notifications"]?["address"] as? String == defaults.topic && channels["deadLetters"]?["address"] as? String == defaults.deadLetterTopic)
@@ -316,6 +321,11 @@ struct DeploymentConsistencyTests {
         let set = Set(record.headers.map(\.key))
         #expect(set == Set(CloudEventsHeader.all), "the relay sets exactly the documented list: \(set)")
         #expect(set.isSubset(of: Set(properties.keys)), "undocumented headers: \(set.subtracting(properties.keys))")
+        // With tracing on the relay adds the tracing headers: each documented.
+        #expect(Set(CloudEventsHeader.tracing).isSubset(of: Set(properties.keys)), "undocumented tracing headers")
+        var traced = OutboxEvent(rowId: 1, eventId: "i", type: "entitlement.granted", source: "/apps/b/Sandbox", subject: "s", time: "t", sequence: 1, data: "{}")
+        traced.traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        #expect(CloudEventRecord.message(traced, topic: "t").headers.string(CloudEventsHeader.traceparent) == traced.traceparent)
         let types = (properties[CloudEventsHeader.type] as? [String: Any])?["enum"] as? [String]
         #expect(Set(types ?? []) == Set(EntitlementEventType.allCases.map(\.rawValue)))
         let channels = try #require(document["channels"] as? [String: [String: Any]])
@@ -481,7 +491,15 @@ struct DeploymentConsistencyTests {
         }
         let datasources = try #require(try YAMLFile.load("deploy/grafana/provisioning/datasources/datasources.yaml").first as? [String: Any])
         let uids = (datasources["datasources"] as? [[String: Any]] ?? []).compactMap { $0["uid"] as? String }
-        #expect(Set(uids) == ["prometheus", "pipeline-postgres"])
+        #expect(Set(uids) == ["prometheus", "pipeline-postgres", "jaeger"])
+        // The trace backend Grafana points at is compose's, on its query port; every process of ours exports to it.
+        let jaegerURL = (datasources["datasources"] as? [[String: Any]] ?? []).first { $0["uid"] as? String == "jaeger" }?["url"] as? String
+        let composeServices = try #require((try YAMLFile.load("docker-compose.yml").first as? [String: Any])?["services"] as? [String: [String: Any]])
+        #expect(jaegerURL == "http://jaeger:16686" && composeServices["jaeger"] != nil)
+        for (name, service) in composeServices where service["build"] != nil {
+            let endpoint = (service["environment"] as? [String: Any])?["OTEL_EXPORTER_OTLP_ENDPOINT"] as? String
+            #expect(endpoint?.contains("http://jaeger:4318") == true, "\(name) does not export traces to compose's Jaeger")
+        }
         for target in targets {
             #expect((target["datasource"] as? [String: Any])?["uid"] as? String == "pipeline-postgres")
         }

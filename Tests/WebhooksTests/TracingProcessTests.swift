@@ -199,6 +199,11 @@ struct TracingProcessTests: ProcessSuite {
 
         await ChildProcess.terminate(ingest)
         await scene.finish()
+        // TRACING_SPANS_COPY=file keeps what the receiver got (docs/tracing.md's picture: scripts/trace_picture.py).
+        if let copy = ProcessInfo.processInfo.environment["TRACING_SPANS_COPY"] {
+            try? FileManager.default.removeItem(atPath: copy)
+            try? FileManager.default.copyItem(atPath: spans.file, toPath: copy)
+        }
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

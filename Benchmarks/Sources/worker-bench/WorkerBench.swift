@@ -105,13 +105,29 @@ struct WorkerBench {
         print("topic \(topic) filled in \(seconds(ContinuousClock.now - produceStart)) s (4 partitions)")
 
         print("")
-        print("workers   events   end-to-end notifications/s   ratio to verify-only   start-up s   total s   worker RSS MB (steady / peak)")
+        // Tracing's runs export to a sink on loopback that only answers (OTLPSink): one worker, events on, like the
+        // untraced run it is compared with. "sampled" samples every trace; "unsampled" creates spans but samples
+        // none (OTEL_TRACES_SAMPLER=always_off): the instrumentation's own cost. The untraced run has no endpoint.
+        let sink = OTLPSink()
+        let sinkPort = try await sink.start()
+        let traced = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:\(sinkPort)", "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_MAX_QUEUE_SIZE": "65536",
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4096",
+        ]
+        print("workers   events         end-to-end notifications/s   ratio to verify-only   start-up s   total s   worker RSS MB (steady / peak)")
         var rates: [String: Double] = [:]
         var relayFigure = ""
         var cpuLines: [String] = []
         var oneCoreLines: [String] = []
         var bytesLine = ""
-        for (workers, events, holdRelay) in [(1, false, false), (1, true, false), (2, true, false), (4, true, false), (1, true, true)] {
+        let runs: [(workers: Int, events: Bool, holdRelay: Bool, tracing: String)] = [
+            (1, false, false, ""), (1, true, false, ""), (1, true, false, "unsampled"), (1, true, false, "sampled"), (2, true, false, ""), (4, true, false, ""),
+            (1, true, true, ""),
+        ]
+        var droppedSpans: [String: String] = [:]
+        for (workers, events, holdRelay, tracing) in runs {
+            let tracingEnvironment = tracing.isEmpty ? [:] : traced.merging(["OTEL_TRACES_SAMPLER": tracing == "sampled" ? "always_on" : "always_off"]) { _, new in new }
+            let opsPort = TestServices.freePort()
             let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
             try await withPostgres(postgresURL, logger: logger) { client in
                 _ = try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
@@ -141,10 +157,10 @@ struct WorkerBench {
                 processes.append(try await ChildProcess.startWorker(binary: binary, environment: [
                     "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "WORKER_GROUP_ID": group, "POSTGRES_URL": databaseURL,
                     "APPS": "\(minter.bundleId):\(minter.appAppleId)", "TRUSTED_ROOTS": work + "/root.pem", "LOG_LEVEL": "error",
-                    "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(TestServices.freePort()),
+                    "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(index == 0 ? opsPort : TestServices.freePort()),
                     "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "6000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "500", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "500",
                     "EVENTS_ENABLED": String(events), "EVENTS_TOPIC": topic + ".events",
-                ], logFile: work + "/worker-\(workers)-\(index).log"))
+                ].merging(tracingEnvironment) { _, new in new }, logFile: work + "/worker-\(workers)-\(index).log"))
             }
             // Done when every distinct notification is in the ledger (committed rows). The group's lag is not used:
             // the tansu test broker reports the base offset of the last batch as the end offset.
@@ -206,12 +222,18 @@ struct WorkerBench {
             }
             let processing = seconds(end - (firstProgress ?? start))
             let rate = Double(payloads.count) / processing
-            if !holdRelay { rates["\(workers)-\(events)"] = rate }
+            if !holdRelay { rates["\(workers)-\(events)\(tracing)"] = rate }
+            if !tracing.isEmpty {
+                // What the worker could not export (its queue full): spans lost, never notifications.
+                let metrics = try? await HTTPTestConnection(port: opsPort).send(method: "GET", path: "/metrics")
+                droppedSpans[tracing] = metrics?.bodyText.split(separator: "\n").filter { $0.hasPrefix("tracing_spans_dropped_total{") }.joined(separator: ", ")
+            }
+            let label = (events ? (holdRelay ? "on*" : "on") : "off") + (tracing.isEmpty ? "" : "+" + tracing)
             oneCoreLines.append(String(format: "%d worker%@, events %@: end to end / verify-only on one core = %.2f (target ≥ 0.5)", workers,
-                workers == 1 ? "" : "s", events ? (holdRelay ? "on*" : "on") : "off", rate / oneCoreRate))
+                workers == 1 ? "" : "s", label, rate / oneCoreRate))
             print(
                 "\(workers)".padding(toLength: 10, withPad: " ", startingAt: 0)
-                    + (events ? (holdRelay ? "on*" : "on") : "off").padding(toLength: 9, withPad: " ", startingAt: 0)
+                    + label.padding(toLength: 15, withPad: " ", startingAt: 0)
                     + "\(Int(rate))".padding(toLength: 29, withPad: " ", startingAt: 0)
                     + String(format: "%.2f", rate / verifyRate).padding(toLength: 23, withPad: " ", startingAt: 0)
                     + String(format: "%.1f", seconds((firstProgress ?? start) - start)).padding(toLength: 13, withPad: " ", startingAt: 0)
@@ -219,10 +241,10 @@ struct WorkerBench {
                     + String(format: "%.0f / %.0f", steady, peak))
             let thousands = Double(payloads.count) / 1_000
             cpuLines.append(String(format: "cpu s per 1000 notifications (%d worker%@, events %@): workers %.3f, PostgreSQL %.3f, broker %.3f; "
-                + "cores busy %.2f of %d", workers, workers == 1 ? "" : "s", events ? (holdRelay ? "on*" : "on") : "off",
+                + "cores busy %.2f of %d", workers, workers == 1 ? "" : "s", label,
                 workerCPU / thousands, postgresCPU / thousands, brokerCPU / thousands,
                 (workerCPU + postgresCPU + brokerCPU) / seconds(end - start), cores))
-            if workers == 1 && !events {
+            if workers == 1 && !events && tracing.isEmpty {
                 bytesLine = try await withPostgres(databaseURL, logger: logger) { try await archiveBytes($0, logger: logger) }
             }
         }
@@ -231,11 +253,17 @@ struct WorkerBench {
         if let off = rates["1-false"], let on = rates["1-true"] {
             print(String(format: "events on / off, one worker: %.2f (target ≥ 0.90)", on / off))
         }
+        if let untraced = rates["1-true"], let sampled = rates["1-truesampled"], let unsampled = rates["1-trueunsampled"] {
+            print(String(format: "tracing, one worker, events on: sampled / no endpoint %.2f (target ≥ 0.90); unsampled / no endpoint %.2f", sampled / untraced, unsampled / untraced))
+            print("tracing: the sink received \(sink.requests) export requests, \(sink.bytes / 1_000_000) MB; spans the workers dropped: \(droppedSpans)")
+        }
+        await sink.stop()
         print(relayFigure)
         for line in oneCoreLines { print(line) }
         for line in cpuLines { print(line) }
         print(bytesLine)
         print("on*: the relay held off until every notification was stored (what the relay line measures)")
+        print("+sampled / +unsampled: tracing on (every trace sampled / none), exported to a sink on loopback; the other runs have no endpoint")
         print("end to end = all records (duplicates included) / time from the first notification stored to the last one stored")
         print("(ledger count = distinct notifications). Broker, PostgreSQL and the workers share these \(cores) cores.")
     }

@@ -1,0 +1,49 @@
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// An OTLP/HTTP trace endpoint on loopback that reads and drops what it gets, counting requests and bytes: what a
+/// fast collector costs an exporter, for worker-bench's tracing runs (scripts/otlp_receiver.py parses spans; this
+/// one only answers, so its own CPU stays out of the figures). Answers as the specification says: 200,
+/// `application/x-protobuf`, an empty `ExportTraceServiceResponse` (zero bytes).
+public final class OTLPSink: Sendable {
+    private let counts = Mutex((requests: 0, bytes: 0))
+    private let running = Mutex<(ServiceGroup, Task<Void, any Error>)?>(nil)
+
+    public init() {}
+
+    public var requests: Int { counts.withLock { $0.requests } }
+    public var bytes: Int { counts.withLock { $0.bytes } }
+
+    /// Starts on a free port of 127.0.0.1 and returns it.
+    public func start() async throws -> Int {
+        var logger = Logger(label: "otlp-sink")
+        logger.logLevel = .error
+        let router = Router()
+        router.post("/v1/traces") { request, _ in
+            var size = 0
+            for try await chunk in request.body { size += chunk.readableBytes }
+            self.counts.withLock { $0.requests += 1; $0.bytes += size }
+            return Response(status: .ok, headers: [.contentType: "application/x-protobuf", .contentLength: "0"])
+        }
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: "otlp-sink"),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
+        let task = Task { try await group.run() }
+        running.withLock { $0 = (group, task) }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the OTLP sink did not start") }
+        return port
+    }
+
+    public func stop() async {
+        if let (group, task) = running.withLock({ $0 }) {
+            await group.triggerGracefulShutdown()
+            _ = try? await task.value
+        }
+    }
+}
