@@ -49,6 +49,8 @@ def spans_of(request):
                     "status": span.status.code,
                     "attributes": {item.key: value(item.value) for item in span.attributes},
                     "links": [{"traceId": link.trace_id.hex(), "spanId": link.span_id.hex()} for link in span.links],
+                    "events": [event.name for event in span.events],
+                    "eventTimes": [event.time_unix_nano for event in span.events],
                 }
 
 

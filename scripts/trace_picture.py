@@ -57,6 +57,10 @@ def main():
         label = f'{span["service"]}: {span["name"]} ({span["kind"]})'
         out.append(f'<text x="{10 + depth * 14}" y="{y + 16}">{html.escape(label)}</text>')
         out.append(f'<rect x="{x:.1f}" y="{y + 4}" width="{w:.1f}" height="{row - 8}" fill="{colour}" rx="3"/>')
+        for name, time in zip(span.get("events", []), span.get("eventTimes", [])):
+            ex = label_width + (time - start) * scale
+            out.append(f'<line x1="{ex:.1f}" y1="{y + 1}" x2="{ex:.1f}" y2="{y + row - 1}" stroke="#222" stroke-width="2"><title>{html.escape(name)}</title></line>')
+            detail = f"{name} at {(time - span['start']) / 1e6:.2f} ms · {detail}"
         out.append(f'<text x="{min(x + w + 4, width - 160):.1f}" y="{y + 16}" fill="#333">{(span["end"] - span["start"]) / 1e6:.2f} ms {html.escape(str(detail))}</text>')
     out.append("</svg>")
     with open(arguments.out, "w") as handle:

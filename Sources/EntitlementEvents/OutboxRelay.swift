@@ -111,9 +111,11 @@ public struct OutboxRelay: Service {
         let spans: [(any Span)?] = events.map { event in
             guard PipelineTracing.isTracing, event.traceparent != nil else { return nil }
             let span = startSpan("send \(topic)", context: PipelineTracing.context(ofTraceparent: event.traceparent), ofKind: .producer)
-            span.attributes.messaging(operation: "send", destination: topic)
-            span.attributes["cloudevents.event_id"] = event.eventId
-            span.attributes["cloudevents.event_type"] = event.type
+            span.updateAttributes { attributes in
+                attributes.messaging(operation: "send", destination: topic)
+                attributes["cloudevents.event_id"] = event.eventId
+                attributes["cloudevents.event_type"] = event.type
+            }
             return span
         }
         let results = await producer.sendInOrderAndAwait(zip(events, spans).map { CloudEventRecord.message($0, topic: topic, context: $1?.context) })

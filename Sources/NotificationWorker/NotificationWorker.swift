@@ -153,9 +153,9 @@ public final class NotificationWorker: Service, Sendable {
         var storedIndices: [Int] = []
         var deadLettered: [DeadLetteredRecord] = []
         var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
-        var spanOutcomes = [String?](repeating: nil, count: trace.isOn ? batch.count : 0)
+        var spans = [BatchTrace.Description](repeating: .init(), count: trace.isOn ? batch.count : 0)
         var transactionStart = DefaultTracerClock.now
-        func abandoned() { trace.finish(outcomes: spanOutcomes, transactionStart: transactionStart, rows: 0, error: "abandoned: the process stopped; the batch is redelivered") }
+        func abandoned() { trace.finish(spans, transactionStart: transactionStart, rows: 0, error: "abandoned: the process stopped; the batch is redelivered") }
         for (index, (message, verifiedRecord)) in zip(batch, outcomes).enumerated() {
             let receivedAt = NotificationRecordHeader.receivedAt(of: message.headers)
             let redriven = RedriveHeader.isRedriven(message.headers)
@@ -171,7 +171,7 @@ public final class NotificationWorker: Service, Sendable {
                     receivedAt: receivedAt, source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
                 notification.redriven = redriven
                 if trace.isOn {
-                    trace.describe(index, uuid: verified.payload.notificationUUID, type: verified.payload.rawNotificationType, subtype: verified.payload.rawSubtype)
+                    spans[index] = .init(uuid: verified.payload.notificationUUID, type: verified.payload.rawNotificationType, subtype: verified.payload.rawSubtype)
                     notification.traceparent = trace.traceparent(of: index)
                 }
                 stored.append(notification)
@@ -183,9 +183,8 @@ public final class NotificationWorker: Service, Sendable {
                 record.redriven = redriven
                 if trace.isOn {
                     // What the payload claims (unverified, escaped when shown), so the trace can be found by its uuid.
-                    trace.describe(index, uuid: record.claims.notificationUUID, type: record.claims.notificationType, subtype: nil)
+                    spans[index] = .init(uuid: record.claims.notificationUUID, type: record.claims.notificationType, outcome: "dead-lettered")
                     record.traceparent = trace.traceparent(of: index)
-                    spanOutcomes[index] = "dead-lettered"
                 }
                 deadLettered.append(record)
                 pendingDeadLetters.append((record, deadLetter(message, error, context: trace.context(of: index))))
@@ -278,13 +277,13 @@ public final class NotificationWorker: Service, Sendable {
         if trace.isOn {
             for (record, index) in zip(stored, storedIndices) {
                 let position = record.position
-                spanOutcomes[index] =
+                spans[index].outcome =
                     if let position, rejectedPositions.contains(position) { "dead-lettered" }
                     else if let position, batchOutcome.duplicatePositions.contains(position) { "duplicate" }
                     else if batchOutcome.unchangedKeys.contains(record.deduplicationKey) { "unchanged" }
                     else { "applied" }
             }
-            trace.finish(outcomes: spanOutcomes, transactionStart: transactionStart, rows: stored.count + deadLettered.count)
+            trace.finish(spans, transactionStart: transactionStart, rows: stored.count + deadLettered.count)
         }
 
         var next: [KafkaTopicPartition: Int64] = [:]

@@ -104,7 +104,6 @@ extension SpanAttributes {
     public mutating func messaging(operation: String, destination: String, consumerGroup: String? = nil) {
         self["messaging.system"] = "kafka"
         self["messaging.operation.type"] = operation
-        self["messaging.operation.name"] = operation
         self["messaging.destination.name"] = destination
         if let consumerGroup { self["messaging.consumer.group.name"] = consumerGroup }
     }
@@ -118,7 +117,6 @@ extension SpanAttributes {
     /// A PostgreSQL transaction: `operation` names what it does (e.g. `apply notifications`).
     public mutating func database(operation: String, rows: Int? = nil) {
         self["db.system.name"] = "postgresql"
-        self["db.system"] = "postgresql"
         self["db.operation.name"] = operation
         if let rows { self["db.operation.batch.size"] = rows }
     }

@@ -196,9 +196,11 @@ public struct WebhookDispatcher: Service {
         let span: (any Span)? = PipelineTracing.isTracing
             ? startSpan("webhook attempt", context: PipelineTracing.context(ofTraceparent: delivery.traceparent), ofKind: .internal) : nil
         if let span {
-            span.attributes["webhook.endpoint_id"] = delivery.endpointId
-            span.attributes["webhook.id"] = delivery.eventId
-            span.attributes["webhook.attempt"] = delivery.attempts + 1
+            span.updateAttributes { attributes in
+                attributes["webhook.endpoint_id"] = delivery.endpointId
+                attributes["webhook.id"] = delivery.eventId
+                attributes["webhook.attempt"] = delivery.attempts + 1
+            }
         }
         var result = await ServiceContext.$current.withValue(span?.context ?? ServiceContext.current) {
             await sender.deliver(url: delivery.url, allowHTTP: delivery.allowHTTP, id: delivery.eventId, body: Array(delivery.body.utf8), secrets: delivery.secrets)
