@@ -64,6 +64,19 @@ public final class HTTPTestConnection: @unchecked Sendable {
         }
     }
 
+    /// GETs `path` until it answers `status` or `within` passes; returns the last status. For readiness right after a
+    /// start: ready means the broker answered, which a loaded machine may take longer than one probe's second to see
+    /// (a fresh-clone CI run found ingest not ready on its first probe), and not ready then is right.
+    public func awaitStatus(_ status: Int, path: String, within: Duration = .seconds(20)) async throws -> Int {
+        let deadline = ContinuousClock.now + within
+        var last = try await send(method: "GET", path: path).status
+        while last != status, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(250))
+            last = try await send(method: "GET", path: path).status
+        }
+        return last
+    }
+
     /// Sends one request and reads its response, off the cooperative pool.
     public func send(method: String = "POST", path: String, headers: [String: String] = [:], body: [UInt8] = [], timeoutSeconds: Int = 30) async throws -> Response {
         try await withCheckedThrowingContinuation { continuation in

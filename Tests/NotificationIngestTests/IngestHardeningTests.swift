@@ -151,7 +151,7 @@ struct IngestHardeningTests {
         let drain = ShutdownDrain(period: .seconds(2))
         let ingest = try await RunningIngest.start(bootstrap: bootstrap, drain: drain)
         let connection = HTTPTestConnection(port: ingest.port)
-        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+        #expect(try await connection.awaitStatus(200, path: "/health/ready") == 200)
         await ingest.beginShutdown()
         var draining = false
         for _ in 0..<50 where !draining {

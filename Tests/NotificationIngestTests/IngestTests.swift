@@ -92,7 +92,7 @@ struct IngestTests {
         #expect(try await connection.send(method: "GET", path: "/v2/notifications").status == 405)
         #expect(try await connection.send(path: "/v2/notifications", headers: ["Content-Type": "text/plain"], body: notificationBody("a.b.c")).status == 415)
         #expect(try await connection.send(method: "GET", path: "/health/live").status == 200)
-        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+        #expect(try await connection.awaitStatus(200, path: "/health/ready") == 200)
         #expect(try await connection.send(path: "/v2/notifications/sandbox", headers: jsonHeaders, body: notificationBody("eyJh.eyJi.c2ln")).status == 200)
         let metrics = try await connection.send(method: "GET", path: "/metrics").bodyText
         #expect(metrics.contains("ingest_requests_total{status=\"405\"") && metrics.contains("ingest_produce_duration_seconds"))
@@ -208,7 +208,7 @@ struct IngestTests {
         let bodies = try NotificationMinter.realisticBodies(count: 200)
         let connection = HTTPTestConnection(port: port)
         #expect(try await connection.send(path: "/v2/notifications", headers: jsonHeaders, body: bodies[0]).status == 200)
-        #expect(try await connection.send(method: "GET", path: "/health/ready").status == 200)
+        #expect(try await connection.awaitStatus(200, path: "/health/ready") == 200)
 
         kill(process.processIdentifier, SIGTERM)
         let signalled = ContinuousClock.now

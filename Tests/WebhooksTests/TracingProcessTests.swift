@@ -178,8 +178,30 @@ struct TracingProcessTests: ProcessSuite {
         }.filter { $0.service == "worker" && $0.attributes["appstore.notification.uuid"]?.stringValue == forged.notificationUUID }
         #expect(redriven.count >= 2 && redriven.allSatisfy { $0.traceId == forgedSpan.traceId }, "the re-drive continues the dead letter's trace")
 
+        // A pipelinectl command is a trace of its own, and what it sends is handled in it: reconcile one subscription
+        // with "Apple" (the fake App Store Server API), whose status snapshot the worker applies in the command's trace.
+        let reconciled = try #require(events.last)
+        scene.scene.apple.fake.setSubscription(FakeAppStoreServerAPI.Subscription(
+            originalTransactionId: reconciled.originalTransactionId, subscriptionGroupIdentifier: "21000001", status: reconciled.status,
+            signedTransactionInfo: minter.chain.sign(minter.transaction(reconciled)), signedRenewalInfo: minter.chain.sign(minter.renewalInfo(reconciled)),
+            history: []))
+        let reconcile = try await scene.scene.run(
+            ["reconcile", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--transaction-id", reconciled.originalTransactionId],
+            extra: spans.environment)
+        #expect(reconcile.status == 0, "\(reconcile.output)")
+        let afterReconcile = try await spansNow { now in
+            guard let command = now.first(where: { $0.service == "pipelinectl" && $0.name == "pipelinectl reconcile" }) else { return false }
+            return now.contains { $0.service == "worker" && $0.parentSpanId == command.spanId }
+        }
+        let command = try #require(afterReconcile.first { $0.service == "pipelinectl" && $0.name == "pipelinectl reconcile" })
+        #expect(command.parentSpanId.isEmpty, "the command starts its trace")
+        let snapshot = afterReconcile.first { $0.service == "worker" && $0.parentSpanId == command.spanId }
+        #expect(snapshot?.traceId == command.traceId, "the worker applies the command's snapshot in the command's trace")
+        #expect(afterReconcile.contains { $0.service == "pipelinectl" && $0.kind == "client" && $0.parentSpanId == command.spanId },
+            "the call to the App Store Server API is the command's client span")
+
         // No attribute carries a signed payload or a secret.
-        for span in all {
+        for span in spans.spans {
             #expect(!span.raw.contains("eyJ") && !span.raw.contains(hook.secret), "a span carries a payload or a secret: \(span.raw.prefix(300))")
         }
 
