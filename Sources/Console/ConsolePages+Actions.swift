@@ -88,7 +88,7 @@ struct ConsoleActions: Sendable {
                 KafkaHeader(key: RedriveHeader.from, string: letter.position), KafkaHeader(key: RedriveHeader.at, string: String(now)),
                 KafkaHeader(key: NotificationRecordHeader.source, string: "redrive"),
             ]
-            if let traceparent = letter.traceparent { headers.append(KafkaHeader(key: "traceparent", string: traceparent)) }
+            if let traceparent = letter.traceparent { headers.append(KafkaHeader(key: TraceParent.header, string: traceparent)) }
             _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: letter.key.map { Array($0.utf8) }, value: Array(letter.payload.utf8), headers: headers))
         }
     }

@@ -258,7 +258,7 @@ struct ConsolePages: Sendable {
         var values = plain(row) as? [String: Any] ?? [:]
         // The trace id is ours (32 hex digits, written by the worker), never attacker text; the link is built only
         // from that shape.
-        if let traceId = values["traceId"] as? String, traceId.utf8.count == 32, traceId.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) {
+        if let traceId = values["traceId"] as? String, TraceParent.isTraceId(traceId) {
             values["traceURL"] = traceURLTemplate?.replacingOccurrences(of: "{traceId}", with: traceId)
         } else {
             values["traceId"] = nil

@@ -962,15 +962,3 @@ enum StatementTimeouts {
             logger: logger)
     }
 }
-
-/// W3C Trace Context's `traceparent` (`00-<trace id>-<parent id>-<flags>`), as far as the store needs it.
-public enum TraceParent {
-    /// The 32 lowercase hex digits of the trace id, or nil when `traceparent` is not of that shape.
-    public static func traceId(_ traceparent: String) -> String? {
-        let parts = traceparent.split(separator: "-", omittingEmptySubsequences: false)
-        guard parts.count >= 4, parts[1].utf8.count == 32, parts[1].utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 97 && $0 <= 102) }),
-            parts[1] != "00000000000000000000000000000000"
-        else { return nil }
-        return String(parts[1])
-    }
-}

@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import Foundation
 import Instrumentation
 import Logging
@@ -131,14 +132,14 @@ extension PipelineTracing {
     public static func traceparent(of context: ServiceContext) -> String? {
         var carrier: [String: String] = [:]
         InstrumentationSystem.instrument.inject(context, into: &carrier, using: DictionaryInjector())
-        return carrier["traceparent"]
+        return carrier[TraceParent.header]
     }
 
     /// The context a stored `traceparent` names (the top level when it is nil or tracing is off).
     public static func context(ofTraceparent traceparent: String?) -> ServiceContext {
         var context = ServiceContext.topLevel
         guard let traceparent else { return context }
-        InstrumentationSystem.instrument.extract(["traceparent": traceparent], into: &context, using: DictionaryExtractor())
+        InstrumentationSystem.instrument.extract([TraceParent.header: traceparent], into: &context, using: DictionaryExtractor())
         return context
     }
 }

@@ -137,7 +137,7 @@ public final class WebhookReceiver: Sendable {
             state.deliveries.append(Delivery(
                 path: path, id: request.headers[.init("webhook-id")!] ?? "", timestamp: Int64(request.headers[.init("webhook-timestamp")!] ?? "") ?? 0,
                 signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: answer, arrived: .now,
-                traceparent: request.headers[.init("traceparent")!]))
+                traceparent: request.headers[.init(TraceParent.header)!]))
             return answer
         }
     }

@@ -21,7 +21,7 @@ extension WebhookEvent {
             id: id, type: type, subject: structured["subject"]?.stringValue ?? "", time: Date(timeIntervalSince1970: Double(time.millisecondsSince1970) / 1000),
             bundleId: data?["bundleId"]?.stringValue, environment: data?["environment"]?.stringValue, partition: record.partition, offset: record.offset,
             body: structured.serialized)
-        traceparent = record.headers.string("traceparent")
+        traceparent = record.headers.string(TraceParent.header)
     }
 }
 

@@ -303,7 +303,7 @@ struct DeploymentConsistencyTests {
         ]
         #expect(deadLetter.subtracting(headers("deadLetter")).isEmpty, "\(deadLetter.subtracting(headers("deadLetter")))")
         for message in ["appleNotification", "statusSnapshot", "historyTransaction", "purchase", "deadLetter"] {
-            #expect(headers(message).contains("traceparent"), "\(message) does not document traceparent")
+            #expect(headers(message).contains(TraceParent.header), "\(message) does not document traceparent")
         }
         let channels = try #require(document["channels"] as? [String: [String: Any]])
         let defaults = OperationsConfiguration()

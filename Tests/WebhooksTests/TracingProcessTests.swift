@@ -132,7 +132,7 @@ struct TracingProcessTests: ProcessSuite {
             else { continue }
             let ceTrace = record.headers.string(CloudEventsHeader.traceparent).flatMap(TraceParent.traceId)
             #expect(ceTrace != nil && ceTrace == traceOf[cause], "\(cause): ce_traceparent \(record.headers.string(CloudEventsHeader.traceparent) ?? "none")")
-            let hop = record.headers.string("traceparent").flatMap(TraceParent.traceId)
+            let hop = record.headers.string(TraceParent.header).flatMap(TraceParent.traceId)
             #expect(hop == traceOf[cause], "the record's own traceparent is in the same trace")
         }
         // Webhooks: each attempt is a span under the relay's send span; its POST a client span under it, whose
@@ -170,7 +170,7 @@ struct TracingProcessTests: ProcessSuite {
         #expect(deadTrace == [forgedSpan.traceId])
         let letters = try await TopicReader.readAll(
             scene.fixture.topic + ".dead-letter", client: KafkaClientConfiguration(bootstrapServers: [scene.fixture.bootstrap]), logger: ingestTestLogger)
-        #expect(letters.map { $0.headers.string("traceparent").flatMap(TraceParent.traceId) } == [forgedSpan.traceId])
+        #expect(letters.map { $0.headers.string(TraceParent.header).flatMap(TraceParent.traceId) } == [forgedSpan.traceId])
         let redrive = try await scene.scene.run(["dlq", "redrive"], extra: spans.environment)
         #expect(redrive.status == 0, "\(redrive.output)")
         let redriven = try await spansNow { now in

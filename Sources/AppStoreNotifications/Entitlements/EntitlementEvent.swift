@@ -303,7 +303,7 @@ public enum CloudEventsHeader {
     /// (present when tracing was on as it was handled).
     public static let traceparent = "ce_traceparent"
     /// With tracing on, the relay also sets these: the extension above and its own hop's W3C trace context.
-    public static let tracing = [traceparent, "traceparent", "tracestate"]
+    public static let tracing = [traceparent, TraceParent.header, "tracestate"]
 }
 
 extension Timestamp {
