@@ -7,7 +7,6 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
-import ServiceLifecycle
 import Synchronization
 
 /// Our stand-in for Apple's App Store Server API, for tests and the demo: it checks every JWT as Apple does,
@@ -122,8 +121,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     let state: Mutex<State>
     let httpClient: HTTPClient
     let logger: Logger
-    let port = Mutex<Int?>(nil)
-    let running = Mutex<(ServiceGroup, Task<Void, any Error>)?>(nil)
+    let server = Mutex<LoopbackServer?>(nil)
 
     public init(configuration: Configuration, logger: Logger = Logger(label: "fake-appstore-api")) {
         state = Mutex(State(configuration: configuration))
@@ -150,27 +148,16 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.put("/inApps/v2/transactions/consumption/:id") { request, context in try await self.consumption(request, id: context.parameters.get("id") ?? "") }
         router.put("/inApps/v1/transactions/:id/appAccountToken") { request, context in try await self.setAppAccountToken(request, id: context.parameters.get("id") ?? "") }
         router.get("/inApps/v1/lookup/:orderId") { request, context in try await self.lookUpOrder(request, orderId: context.parameters.get("orderId") ?? "") }
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let application = Application(
-            router: router, configuration: .init(address: .hostname(host, port: requestedPort), serverName: "fake-appstore-api"),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? requestedPort) }, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
-        let task = Task { try await group.run() }
-        running.withLock { $0 = (group, task) }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the fake App Store Server API did not start") }
-        self.port.withLock { $0 = port }
-        return port
+        let server = try await LoopbackServer.start(router, name: "fake-appstore-api", host: host, port: requestedPort, logger: logger)
+        self.server.withLock { $0 = server }
+        return server.port
     }
 
     /// The base URL to give the client (`APPSTORE_API_BASE_URL`).
-    public var baseURL: String { "http://127.0.0.1:\(port.withLock { $0 } ?? 0)" }
+    public var baseURL: String { "http://127.0.0.1:\(server.withLock { $0 }?.port ?? 0)" }
 
     public func stop() async {
-        if let (group, task) = running.withLock({ $0 }) {
-            await group.triggerGracefulShutdown()
-            _ = try? await task.value
-        }
+        await server.withLock { $0 }?.stop()
         try? await httpClient.shutdown()
     }
 

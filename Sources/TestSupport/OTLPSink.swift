@@ -1,7 +1,6 @@
 import Foundation
 import Hummingbird
 import Logging
-import ServiceLifecycle
 import Synchronization
 
 /// An OTLP/HTTP trace endpoint on loopback that reads and drops what it gets, counting requests and bytes: what a
@@ -10,7 +9,7 @@ import Synchronization
 /// `application/x-protobuf`, an empty `ExportTraceServiceResponse` (zero bytes).
 public final class OTLPSink: Sendable {
     private let counts = Mutex((requests: 0, bytes: 0))
-    private let running = Mutex<(ServiceGroup, Task<Void, any Error>)?>(nil)
+    private let server = Mutex<LoopbackServer?>(nil)
 
     public init() {}
 
@@ -28,22 +27,12 @@ public final class OTLPSink: Sendable {
             self.counts.withLock { $0.requests += 1; $0.bytes += size }
             return Response(status: .ok, headers: [.contentType: "application/x-protobuf", .contentLength: "0"])
         }
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let application = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: "otlp-sink"),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
-        let task = Task { try await group.run() }
-        running.withLock { $0 = (group, task) }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the OTLP sink did not start") }
-        return port
+        let started = try await LoopbackServer.start(router, name: "otlp-sink", logger: logger)
+        server.withLock { $0 = started }
+        return started.port
     }
 
     public func stop() async {
-        if let (group, task) = running.withLock({ $0 }) {
-            await group.triggerGracefulShutdown()
-            _ = try? await task.value
-        }
+        await server.withLock { $0 }?.stop()
     }
 }

@@ -2,7 +2,6 @@ import AppStoreNotifications
 import Foundation
 import Hummingbird
 import Logging
-import ServiceLifecycle
 import Synchronization
 
 /// A webhook receiver on loopback for tests: records every POST it gets (headers, body, its own answer) and
@@ -31,7 +30,7 @@ public final class WebhookReceiver: Sendable {
         var deliveries: [Delivery] = []
         var failingSubjects: Set<String> = []
         var delay: Duration = .zero
-        var running: (ServiceGroup, Task<Void, any Error>)?
+        var server: LoopbackServer?
     }
 
     private let state = Mutex(State())
@@ -89,23 +88,13 @@ public final class WebhookReceiver: Sendable {
                 ? Response(status: .ok)
                 : Response(status: .tooManyRequests, headers: [.retryAfter: String(self.busyRetryAfterSeconds)])
         }
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let application = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: "webhook-receiver"),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [application], logger: logger))
-        let task = Task { try await group.run() }
-        state.withLock { $0.running = (group, task) }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw FakeAPIError(reason: "the webhook receiver did not start") }
-        return port
+        let server = try await LoopbackServer.start(router, name: "webhook-receiver", logger: logger)
+        state.withLock { $0.server = server }
+        return server.port
     }
 
     public func stop() async {
-        if let (group, task) = state.withLock({ $0.running }) {
-            await group.triggerGracefulShutdown()
-            _ = try? await task.value
-        }
+        await state.withLock { $0.server }?.stop()
     }
 
     /// While `subject` is failing, its deliveries get 500.
