@@ -123,6 +123,11 @@ public struct BatchOutcome: Sendable, Hashable {
     public var events = 0
     /// Purchases posted through the customer API whose ownership was decided.
     public var purchases = 0
+    /// Records about an erased customer from before the erasure: acknowledged, not stored (by cause kind:
+    /// notification, statusSnapshot, historyTransaction, purchase).
+    public var suppressed: [String: Int] = [:]
+    /// Their dedupe keys, for their spans' outcome.
+    public var suppressedKeys: Set<String> = []
     /// Which records were not applied, for their spans' outcome: duplicates (by position; a record without one is
     /// not listed) and new notifications that changed nothing (by dedupe key). The rest were applied.
     public var duplicatePositions: Set<RecordPosition> = []
@@ -158,13 +163,23 @@ public struct EntitlementStore: Sendable {
     public let statementTimeout: Duration?
     /// Whether batches write entitlement-change events to the outbox (`EVENTS_ENABLED`).
     public let emitsEvents: Bool
+    /// The key of the erasure suppression list (`ERASURE_KEY_FILE`): every batch checks its records against it.
+    /// Without one, a batch is refused (and retried) as soon as the list has entries (`ErasureFailure.keyMissing`).
+    public let erasureKey: ErasureKey?
+    /// Whether a RESCIND_CONSENT queues the erasure of what its app transaction links to (`CONSENT_RESCINDED_ERASES`).
+    public let consentRescindedErases: Bool
 
     /// `client` must be running (its `run()` inside the process's ServiceGroup) before the first call.
-    public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil, emitsEvents: Bool = true) {
+    public init(
+        client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil, emitsEvents: Bool = true, erasureKey: ErasureKey? = nil,
+        consentRescindedErases: Bool = false
+    ) {
         self.client = client
         self.logger = logger
         self.statementTimeout = statementTimeout
         self.emitsEvents = emitsEvents
+        self.erasureKey = erasureKey
+        self.consentRescindedErases = consentRescindedErases
     }
 
     /// Applies every migration not applied yet, under an advisory lock. Returns the versions it applied.
@@ -235,10 +250,13 @@ public struct EntitlementStore: Sendable {
         var outcome = BatchOutcome()
         try await recordDeadLetters(deadLettered, on: connection)
         guard !batch.isEmpty else { return outcome }
+        let batch = try await withoutErased(batch, outcome: &outcome, on: connection)
+        guard !batch.isEmpty else { return outcome }
         try await recordDeliveries(batch, on: connection)
         let firstSeen = try await claimInLedger(batch, outcome: &outcome, on: connection)
         guard !firstSeen.isEmpty else { return outcome }
         let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
+        try await queueConsentErasures(firstSeen, on: connection)
         let events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
         if !events.isEmpty {
             var traceparents: [String: String] = [:]

@@ -550,5 +550,6 @@ public enum Migrations {
         ]),
         console,
         tracing,
+        erasure,
     ]
 }

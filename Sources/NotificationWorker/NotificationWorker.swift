@@ -190,6 +190,24 @@ public final class NotificationWorker: Service, Sendable {
                 pendingDeadLetters.append((record, deadLetter(message, error, context: trace.context(of: index))))
             }
         }
+        // A dead letter that claims an erased subscription (a re-drive of an erased customer's record that fails
+        // again) is neither published nor recorded: it would bring the identifiers back (docs/privacy.md).
+        if store.erasureKey != nil, !deadLettered.isEmpty {
+            var erased: Set<RecordPosition> = []
+            guard await untilDurable("erasure check of dead letters", {
+                erased = try await withDeadline(configuration.storeTimeout, "checking dead letters against erasures") { [store, deadLettered] in
+                    try await store.erasedClaims(deadLettered)
+                }
+            }) else { return abandoned() }
+            if !erased.isEmpty {
+                deadLettered.removeAll { erased.contains($0.position) }
+                pendingDeadLetters.removeAll { erased.contains($0.record.position) }
+                metrics.erasureSuppressed(record: "deadLetter", erased.count)
+                for index in batch.indices where erased.contains(RecordPosition(topic: batch[index].topic, partition: batch[index].partition, offset: batch[index].offset)) {
+                    if trace.isOn { spans[index].outcome = "suppressed" }
+                }
+            }
+        }
         // Dead letters: those of a redelivered batch whose transaction committed before are not published again
         // (their positions are in `dead_lettered_records`). The rest are sent together, awaited together; one the
         // broker acknowledged is never sent again, even if another fails. Their positions are recorded in the
@@ -246,6 +264,7 @@ public final class NotificationWorker: Service, Sendable {
                     try await store.store(remaining, deadLettered: positionsToRecord)
                 }
                 batchOutcome = result
+                for (kind, count) in result.suppressed { metrics.erasureSuppressed(record: kind, count) }
                 metrics.records("applied", result.applied)
                 metrics.records("duplicate", result.duplicates)
                 metrics.records("stale", result.stale)
@@ -279,11 +298,16 @@ public final class NotificationWorker: Service, Sendable {
                 let position = record.position
                 spans[index].outcome =
                     if let position, rejectedPositions.contains(position) { "dead-lettered" }
+                    else if batchOutcome.suppressedKeys.contains(record.deduplicationKey) { "suppressed" }
                     else if let position, batchOutcome.duplicatePositions.contains(position) { "duplicate" }
                     else if batchOutcome.unchangedKeys.contains(record.deduplicationKey) { "unchanged" }
                     else { "applied" }
             }
             trace.finish(spans, transactionStart: transactionStart, rows: stored.count + deadLettered.count)
+        }
+
+        if store.consentRescindedErases, stored.contains(where: { $0.verified.payload.rawNotificationType == "RESCIND_CONSENT" }) {
+            await runPendingErasures()
         }
 
         var next: [KafkaTopicPartition: Int64] = [:]
@@ -299,6 +323,18 @@ public final class NotificationWorker: Service, Sendable {
             if let high = consumer.cachedHighWatermark(partition) { metrics.lag(partition: partition, records: max(0, high - offset)) }
         }
         metrics.batchDuration.record(ContinuousClock.now - started)
+    }
+
+    /// Runs the erasures RESCIND_CONSENT queued (`CONSENT_RESCINDED_ERASES`). A failure is logged and left queued:
+    /// the worker's maintenance round runs them again (`WorkerMaintenance`).
+    func runPendingErasures() async {
+        guard let key = store.erasureKey else { return }
+        do {
+            let reports = try await ErasureStore(client: store.client, logger: logger).runPending(key: key, emitsEvents: store.emitsEvents)
+            metrics.erasuresRun(reports.count)
+        } catch {
+            logger.warning("queued erasures not run yet, retried at the next maintenance round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
+        }
     }
 
     /// Runs `step` until it succeeds; false when the process stops first (the batch is then abandoned

@@ -34,7 +34,8 @@ public func buildWorkerServices(
     let deadLetters = try KafkaProducer(configuration: configuration.deadLetterProducerConfiguration, logger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.topic], logger: logger)
     let store = EntitlementStore(
-        client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9, emitsEvents: configuration.events.enabled)
+        client: postgres, logger: logger, statementTimeout: configuration.storeTimeout * 0.9, emitsEvents: configuration.events.enabled,
+        erasureKey: configuration.erasureKey, consentRescindedErases: configuration.consentRescindedErases)
     let metrics = WorkerMetrics(registry: registry)
     let worker = NotificationWorker(
         configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: store, verifier: verifier, metrics: metrics, logger: logger)
@@ -67,7 +68,62 @@ public func buildWorkerServices(
             store: store, reconcilers: reconcilers, apps: configuration.apps, interval: configuration.healInterval, retryAfter: configuration.healRetryAfter,
             metrics: metrics, logger: logger)]
     }
-    return WorkerServices(services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge] + healServices + [ops], worker: worker)
+    let maintenance = WorkerMaintenance(
+        worker: worker, retention: RetentionStore(client: postgres, logger: logger), policy: configuration.retention, interval: configuration.retentionInterval,
+        metrics: metrics, logger: logger)
+    return WorkerServices(
+        services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, maintenance] + healServices + [ops], worker: worker)
+}
+
+/// Every `RETENTION_INTERVAL`: the erasures RESCIND_CONSENT queued that are still waiting, then the retention job
+/// (`RetentionStore.prune`), by one worker of the group at a time (a session advisory lock; the others skip the
+/// round). The first round runs a minute after start, not during a rolling restart's rebalance.
+struct WorkerMaintenance: Service {
+    let worker: NotificationWorker
+    let retention: RetentionStore
+    let policy: RetentionPolicy
+    let interval: Duration?
+    let metrics: WorkerMetrics
+    let logger: Logger
+
+    /// "rtnt": the lock that elects the worker pruning this round.
+    static let lockKey: Int64 = 0x7274_6E74
+
+    func run() async throws {
+        guard let interval else { return try await gracefulShutdown() }
+        await cancelWhenGracefulShutdown {
+            var wait = min(interval, .seconds(60))
+            while !Task.isCancelled {
+                try? await Task.sleep(for: wait)
+                wait = interval
+                guard !Task.isCancelled else { return }
+                await worker.runPendingErasures()
+                do {
+                    let deleted = try await retention.client.withConnection { connection in
+                        var locked = false
+                        for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
+                            locked = value
+                        }
+                        guard locked else { return [String: Int]() }
+                        do {
+                            let deleted = try await retention.prune(policy)
+                            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                            return deleted
+                        } catch {
+                            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                            throw error
+                        }
+                    }
+                    for (store, count) in deleted { metrics.retentionDeleted(store: store, count) }
+                    if deleted.values.contains(where: { $0 > 0 }) {
+                        logger.info("retention: pruned", metadata: Logger.Metadata(uniqueKeysWithValues: deleted.map { ($0.key, "\($0.value)") }))
+                    }
+                } catch {
+                    logger.warning("retention round failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
+                }
+            }
+        }
+    }
 }
 
 /// Reads the pending consumption requests every 30 s into the worker's gauges (each worker exports the same

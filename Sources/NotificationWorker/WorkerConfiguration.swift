@@ -40,6 +40,11 @@ public struct WorkerConfiguration: Sendable {
     public var healInterval: Duration = .seconds(10)
     /// `HEAL_RETRY_AFTER_MS`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
     public var healRetryAfter: Duration = .seconds(300)
+    /// How long each database store keeps rows (`ARCHIVE_RETENTION_DAYS`, …: `RetentionPolicy`).
+    public var retention = RetentionPolicy()
+    /// `RETENTION_INTERVAL` (default 1h; `off` to leave pruning to `pipelinectl retention run`): how often a worker
+    /// prunes what is past its retention and runs queued erasures (one worker of the group at a time).
+    public var retentionInterval: Duration? = .seconds(3600)
 
     public init(kafka: KafkaClientConfigurationValues) {
         settings = PipelineSettings(kafka: kafka)
@@ -54,8 +59,8 @@ public struct WorkerConfiguration: Sendable {
     /// The environment variables the worker reads (for documentation and the deployment consistency check).
     public static let environmentKeys = [
         "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE", "WORKER_OPS_HOST", "WORKER_OPS_PORT",
-        "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER_MS",
-    ] + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys
+        "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER_MS", "RETENTION_INTERVAL",
+    ] + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys + RetentionPolicy.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
         var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: ""))
@@ -70,6 +75,12 @@ public struct WorkerConfiguration: Sendable {
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
         configuration.healInterval = .milliseconds(try environment.int("HEAL_INTERVAL_MS", default: 10_000, range: 100...3_600_000))
         configuration.healRetryAfter = .milliseconds(try environment.int("HEAL_RETRY_AFTER_MS", default: 300_000, range: 100...86_400_000))
+        configuration.retention = try RetentionPolicy.fromEnvironment(environment)
+        if environment.optionalString("RETENTION_INTERVAL")?.lowercased() == "off" {
+            configuration.retentionInterval = nil
+        } else {
+            configuration.retentionInterval = try environment.duration("RETENTION_INTERVAL", default: .seconds(3600))
+        }
         return configuration
     }
 

@@ -69,6 +69,31 @@ public struct WorkerMetrics: Sendable {
         ).increment()
     }
 
+    /// Records about an erased customer from before the erasure, acknowledged and not stored, by record kind
+    /// (`notification`, `statusSnapshot`, `historyTransaction`, `purchase`, `deadLetter`): `erasure_suppressed_total`.
+    func erasureSuppressed(record: String, _ count: Int) {
+        guard count > 0 else { return }
+        registry.makeCounter(
+            descriptor: .init(metricName: "erasure_suppressed", unitName: "total", helpText: "Records about an erased customer, from before the erasure, acknowledged and not stored, by record kind"),
+            labels: [("record", record)]
+        ).increment(by: Int64(count))
+    }
+
+    /// Erasures the worker ran (queued by RESCIND_CONSENT) and rows the retention job deleted, by store.
+    func erasuresRun(_ count: Int) {
+        guard count > 0 else { return }
+        registry.makeCounter(descriptor: .init(metricName: "erasures_completed", unitName: "total", helpText: "Erasures run by the worker (RESCIND_CONSENT)"))
+            .increment(by: Int64(count))
+    }
+
+    func retentionDeleted(store: String, _ count: Int) {
+        guard count > 0 else { return }
+        registry.makeCounter(
+            descriptor: .init(metricName: "retention_deleted_rows", unitName: "total", helpText: "Rows deleted by the retention job, by store"),
+            labels: [("store", store)]
+        ).increment(by: Int64(count))
+    }
+
     /// A dead letter, by verification error code.
     func deadLettered(code: String) {
         registry.makeCounter(

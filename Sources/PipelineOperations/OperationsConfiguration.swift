@@ -23,8 +23,9 @@ public struct OperationsConfiguration: Sendable {
     /// `TOPIC_RETENTION_DAYS`: how long notifications stay replayable. At least 14 days: longer than Apple's
     /// ~6.5-day retry window, so an outage of the database or the workers can always be replayed.
     public var retentionDays = 14
-    /// `DEAD_LETTER_RETENTION_DAYS`: dead letters wait this long for a fix and a re-drive.
-    public var deadLetterRetentionDays = 90
+    /// `DEAD_LETTER_RETENTION_DAYS`: dead letters wait this long for a fix and a re-drive. 28 days by default: an
+    /// erased customer's dead letters (which erasure cannot reach in Kafka) are gone within the month GDPR allows.
+    public var deadLetterRetentionDays = 28
     /// `DEAD_LETTER_RETENTION_BYTES`: and at most this many bytes per dead-letter partition (oldest deleted first):
     /// garbage that passes ingest's shape check cannot fill the brokers' disks, whatever the time limit says.
     public var deadLetterRetentionBytes: Int64 = 1 << 30

@@ -30,13 +30,20 @@ public struct PipelineSettings: Sendable {
     /// The `APPSTORE_*` variables when `APPSTORE_KEY_ID` is set (checked at start-up for every configured
     /// environment of every app).
     public var appStoreVariables: [String: String]?
+    /// `ERASURE_KEY_FILE` (a file holding at least 32 bytes, e.g. `openssl rand -hex 32`) or `ERASURE_KEY`: the
+    /// secret of the erasure suppression list (docs/privacy.md). Every process that erases or applies records needs
+    /// the same one; never rotate it while erasures are on record.
+    public var erasureKey: ErasureKey?
+    /// `CONSENT_RESCINDED_ERASES` (default false): a RESCIND_CONSENT erases what its app transaction links to.
+    public var consentRescindedErases = false
 
     public init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
     }
 
     /// The environment variables these settings read.
-    public static let environmentKeys = ["NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL"]
+    public static let environmentKeys = ["NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
+        "ERASURE_KEY_FILE", "ERASURE_KEY", "CONSENT_RESCINDED_ERASES"]
         + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> PipelineSettings {
@@ -65,7 +72,35 @@ public struct PipelineSettings: Sendable {
             }
             settings.appStoreVariables = variables
         }
+        settings.erasureKey = try Self.erasureKey(environment)
+        settings.consentRescindedErases = try environment.bool("CONSENT_RESCINDED_ERASES", default: false)
+        if settings.consentRescindedErases, settings.erasureKey == nil {
+            throw ConfigurationError(variable: "CONSENT_RESCINDED_ERASES", reason: "erasing needs the erasure key: set ERASURE_KEY_FILE too")
+        }
         return settings
+    }
+
+    /// The erasure key from `ERASURE_KEY_FILE` (preferred: files stay out of process listings) or `ERASURE_KEY`.
+    public static func erasureKey(_ environment: EnvironmentReader) throws(ConfigurationError) -> ErasureKey? {
+        let variable: String
+        let secret: String
+        if let path = environment.optionalString("ERASURE_KEY_FILE") {
+            variable = "ERASURE_KEY_FILE"
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw ConfigurationError(variable: variable, reason: "\(UntrustedText.quoted(path, limit: 200)) cannot be read")
+            }
+            secret = text
+        } else if let text = environment.optionalString("ERASURE_KEY") {
+            variable = "ERASURE_KEY"
+            secret = text
+        } else {
+            return nil
+        }
+        do {
+            return try ErasureKey(secret: secret)
+        } catch {
+            throw ConfigurationError(variable: variable, reason: error.description)
+        }
     }
 
     /// `bundleId[:appAppleId][@Environment+Environment]`, comma-separated.

@@ -88,6 +88,12 @@ public enum EntitlementEventType: String, Sendable, Hashable, CaseIterable {
     case oneTimePurchaseRefunded = "purchase.one-time.refunded"
     /// Apple's TEST notification reached the pipeline.
     case notificationTest = "notification.test"
+    /// A parent or guardian withdrew consent for a child's use of the app (RESCIND_CONSENT, `appData`): Apple asks
+    /// the developer to stop serving the app to that account and to handle its data as the law requires.
+    case consentRescinded = "consent.rescinded"
+    /// A customer was erased (docs/privacy.md): receivers delete their copies. No personal data: the subject is the
+    /// erasure's request id, which whoever asked for the erasure holds.
+    case customerErased = "customer.erased"
 
     /// Whether events of this type take a number in their subscription's sequence.
     public var isSequenced: Bool {
@@ -114,7 +120,7 @@ public enum EntitlementEventType: String, Sendable, Hashable, CaseIterable {
 /// What caused an event: one notification, status snapshot, history transaction or purchase.
 public struct EntitlementEventCause: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
-        case notification, statusSnapshot, historyTransaction, purchase
+        case notification, statusSnapshot, historyTransaction, purchase, erasure
     }
 
     public var kind: Kind
@@ -211,6 +217,12 @@ public struct EntitlementEvent: Sendable, Hashable {
         case "CONSUMPTION_REQUEST": type = .consumptionRequested
         case "TEST": type = .notificationTest
         case "ONE_TIME_CHARGE": type = .oneTimePurchase
+        case "RESCIND_CONSENT":
+            let appTransactionId = notification.appTransactionInfo?.model.appTransactionId
+            return make(
+                type: .consentRescinded, environment: notification.environment.rawValue, bundleId: notification.bundleId,
+                subject: appTransactionId ?? cause.notificationUUID, originalTransactionId: nil, appAccountToken: nil, appTransactionId: appTransactionId,
+                productId: nil, sequence: nil, before: .null, after: .null, cause: cause)
         case StatusSnapshotDocument.notificationType: return nil
         default:
             guard let transaction, transaction.rawType != nil, transaction.type != .autoRenewableSubscription else { return nil }
@@ -237,6 +249,22 @@ public struct EntitlementEvent: Sendable, Hashable {
             appAccountToken: appAccountToken, appTransactionId: appTransactionId, productId: productId, sequence: sequence, before: entitlement,
             after: entitlement, cause: cause)
         event.data["transfer"] = .object(JSONObject(["fromCustomerId": text(from), "toCustomerId": .string(to)]))
+        return event
+    }
+
+    /// The event of an erasure (`customer.erased`): nothing about the person, only the request and what was removed.
+    public static func erasure(
+        requestId: String, bundleId: String, environment: String, erasedAt: Timestamp, subscriptions: Int, notifications: Int, events: Int
+    ) -> EntitlementEvent {
+        let cause = EntitlementEventCause(
+            kind: .erasure, notificationType: nil, subtype: nil, notificationUUID: "erasure:" + requestId, transactionId: nil, signedDate: erasedAt)
+        var event = make(
+            type: .customerErased, environment: environment, bundleId: bundleId, subject: requestId, originalTransactionId: nil, appAccountToken: nil,
+            appTransactionId: nil, productId: nil, sequence: nil, before: .null, after: .null, cause: cause)
+        event.data["erasure"] = .object(JSONObject([
+            "requestId": .string(requestId), "erasedAt": date(erasedAt), "subscriptions": .number(JSONNumber(Int64(subscriptions))),
+            "notifications": .number(JSONNumber(Int64(notifications))), "events": .number(JSONNumber(Int64(events))),
+        ]))
         return event
     }
 
