@@ -58,9 +58,21 @@ public struct APIKeySecret: Sendable, Hashable {
 
 /// What a key may do: `read` (lookups), `write` (purchases, and reads).
 public enum APIKeyScope: String, Sendable, Hashable, CaseIterable {
-    case read, write
+    /// Lookups.
+    case read
+    /// Purchases, and lookups.
+    case write
+    /// Erasures (`DELETE /v1/apps/{bundleId}/customers/{customerId}`) and their status, nothing else: a key of its
+    /// own, never implied by write, so the backend component that handles privacy requests holds the only one.
+    case erase
 
-    public func allows(_ needed: APIKeyScope) -> Bool { self == .write || needed == .read }
+    public func allows(_ needed: APIKeyScope) -> Bool {
+        switch needed {
+        case .read: self == .read || self == .write
+        case .write: self == .write
+        case .erase: self == .erase
+        }
+    }
 }
 
 extension String {

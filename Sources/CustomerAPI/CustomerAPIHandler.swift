@@ -229,6 +229,54 @@ struct CustomerAPIHandler: APIProtocol {
         }
     }
 
+    // MARK: - Erasure
+
+    func eraseCustomer(_ input: Operations.EraseCustomer.Input) async throws -> Operations.EraseCustomer.Output {
+        guard let customerId = CustomerId.canonical(input.path.customerId) else {
+            throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
+        }
+        let requestId = input.query.requestId ?? ErasureRequest.newRequestId()
+        guard ErasureRequest.isValidRequestId(requestId) else {
+            throw CustomerAPIError(400, "invalid_request_id", "requestId must be 1 to 64 letters, digits or ._:-")
+        }
+        let reason = input.query.reason ?? "customer API request"
+        guard reason.utf8.count <= 200 else { throw CustomerAPIError(400, "invalid_request", "reason must be at most 200 bytes") }
+        guard let key = configuration.shared.erasureKey else {
+            throw CustomerAPIError(503, "erasure_not_configured", "this service has no erasure key (ERASURE_KEY_FILE); ask the operator")
+        }
+        let request = ErasureRequest(
+            requestId: requestId, subject: ErasureSubject(.customerId, customerId, bundleId: input.path.bundleId), reason: reason,
+            requestedBy: "customer-api:" + (AuthenticatedKey.id ?? "unknown"))
+        let report: ErasureReport
+        do {
+            report = try await ErasureStore(client: store.client, logger: logger).erase(request, key: key)
+        } catch let failure as ErasureFailure {
+            throw CustomerAPIError(409, "request_id_taken", failure.description)
+        } catch {
+            logger.warning("an erasure failed: \(UntrustedText.escaped(String(reflecting: error), limit: 400))")
+            throw CustomerAPIError.unavailable
+        }
+        let location = "/v1/apps/\(Self.pathComponent(input.path.bundleId))/erasures/\(Self.pathComponent(report.requestId))"
+        return .accepted(.init(headers: .init(location: location), body: .json(Self.erasure(report))))
+    }
+
+    func getErasure(_ input: Operations.GetErasure.Input) async throws -> Operations.GetErasure.Output {
+        let report: ErasureReport?
+        do {
+            report = try await ErasureStore(client: store.client, logger: logger).report(requestId: input.path.requestId, bundleId: input.path.bundleId)
+        } catch {
+            throw CustomerAPIError.unavailable
+        }
+        guard let report else { throw CustomerAPIError.notFound("no erasure with this request id for this app") }
+        return .ok(.init(body: .json(Self.erasure(report))))
+    }
+
+    static func erasure(_ report: ErasureReport) -> Components.Schemas.Erasure {
+        .init(
+            requestId: report.requestId, bundleId: report.bundleId, status: report.status == "pending" ? .pending : .completed,
+            requestedAt: report.requestedAt, completedAt: report.completedAt, counts: .init(additionalProperties: report.counts))
+    }
+
     func getSubscription(_ input: Operations.GetSubscription.Input) async throws -> Operations.GetSubscription.Output {
         let rows: [CustomerSubscriptionRow]
         do {

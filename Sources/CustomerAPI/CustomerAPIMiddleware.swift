@@ -137,8 +137,14 @@ struct AuthenticationMiddleware: ServerMiddleware {
     let configuredBundleIds: Set<String>
     let rateLimiter: KeyRateLimiter
 
-    /// The scope each operation needs: purchases write, everything else reads.
-    static func scope(of operationID: String) -> APIKeyScope { operationID == "postPurchase" ? .write : .read }
+    /// The scope each operation needs: purchases write, erasures erase, everything else reads.
+    static func scope(of operationID: String) -> APIKeyScope {
+        switch operationID {
+        case "postPurchase": .write
+        case "eraseCustomer", "getErasure": .erase
+        default: .read
+        }
+    }
 
     func intercept(
         _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
@@ -172,8 +178,13 @@ struct AuthenticationMiddleware: ServerMiddleware {
         guard (APIKeyScope(rawValue: key.scope) ?? .read).allows(Self.scope(of: operationID)) else {
             throw CustomerAPIError(403, "insufficient_scope", "this operation needs a key of scope \(Self.scope(of: operationID).rawValue)")
         }
-        return try await next(request, body, metadata)
+        return try await AuthenticatedKey.$id.withValue(key.id) { try await next(request, body, metadata) }
     }
+}
+
+/// The id of the key the current request was authenticated with (an erasure names who asked for it).
+enum AuthenticatedKey {
+    @TaskLocal static var id: String?
 }
 
 /// Key rows read from PostgreSQL, each reused for a short while: a flood of requests costs one query per key per

@@ -54,6 +54,9 @@ extension Migrations {
         "CREATE INDEX console_audit_by_customer ON console_audit (customer_id) WHERE customer_id IS NOT NULL",
         "CREATE INDEX console_audit_by_time ON console_audit (at)",
         "CREATE INDEX notification_archive_by_stored_at ON notification_archive (stored_at)",
+        // The customer API's erase scope: a key of its own, never implied by write.
+        "ALTER TABLE api_keys DROP CONSTRAINT api_keys_scope_check",
+        "ALTER TABLE api_keys ADD CONSTRAINT api_keys_scope_check CHECK (scope IN ('read', 'write', 'erase'))",
         "CREATE INDEX transactions_by_app_transaction_id ON transactions (app_transaction_id) WHERE app_transaction_id IS NOT NULL",
     ])
 }

@@ -15,7 +15,7 @@ struct PipelineCtl: AsyncParsableCommand {
             VerifyCommand.self, MigrateCommand.self, EntitlementsCommand.self, TopicsCommand.self, LagCommand.self, ReplayCommand.self,
             DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self, ReconcileCommand.self, ImportCommand.self,
             ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self, ArchiveCommand.self, MetricsCommand.self,
-            ProductsCommand.self, ExchangeRatesCommand.self, OperatorsCommand.self,
+            ProductsCommand.self, ExchangeRatesCommand.self, OperatorsCommand.self, CustomersCommand.self, RetentionCommand.self,
         ]
     )
 }

@@ -283,6 +283,119 @@ extension Components {
                 ])
             }
         }
+        /// - Remark: Generated from `#/components/schemas/Erasure`.
+        internal struct Erasure: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/Erasure/requestId`.
+            internal var requestId: Swift.String
+            /// - Remark: Generated from `#/components/schemas/Erasure/bundleId`.
+            internal var bundleId: Swift.String
+            /// `pending` only for an erasure a RESCIND_CONSENT queued that the worker has not run yet.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Erasure/status`.
+            internal enum StatusPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case pending = "pending"
+                case completed = "completed"
+            }
+            /// `pending` only for an erasure a RESCIND_CONSENT queued that the worker has not run yet.
+            ///
+            /// - Remark: Generated from `#/components/schemas/Erasure/status`.
+            internal var status: Components.Schemas.Erasure.StatusPayload
+            /// - Remark: Generated from `#/components/schemas/Erasure/requestedAt`.
+            internal var requestedAt: Foundation.Date
+            /// - Remark: Generated from `#/components/schemas/Erasure/completedAt`.
+            internal var completedAt: Foundation.Date?
+            /// Rows removed per table, `subscriptions` (original transaction ids), `notifications`, `events` and `identifiers` (suppression entries written).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Erasure/counts`.
+            internal struct CountsPayload: Codable, Hashable, Sendable {
+                /// A container of undocumented properties.
+                internal var additionalProperties: [String: Swift.Int]
+                /// Creates a new `CountsPayload`.
+                ///
+                /// - Parameters:
+                ///   - additionalProperties: A container of undocumented properties.
+                internal init(additionalProperties: [String: Swift.Int] = .init()) {
+                    self.additionalProperties = additionalProperties
+                }
+                internal init(from decoder: any Swift.Decoder) throws {
+                    additionalProperties = try decoder.decodeAdditionalProperties(knownKeys: [])
+                }
+                internal func encode(to encoder: any Swift.Encoder) throws {
+                    try encoder.encodeAdditionalProperties(additionalProperties)
+                }
+            }
+            /// Rows removed per table, `subscriptions` (original transaction ids), `notifications`, `events` and `identifiers` (suppression entries written).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Erasure/counts`.
+            internal var counts: Components.Schemas.Erasure.CountsPayload
+            /// Creates a new `Erasure`.
+            ///
+            /// - Parameters:
+            ///   - requestId:
+            ///   - bundleId:
+            ///   - status: `pending` only for an erasure a RESCIND_CONSENT queued that the worker has not run yet.
+            ///   - requestedAt:
+            ///   - completedAt:
+            ///   - counts: Rows removed per table, `subscriptions` (original transaction ids), `notifications`, `events` and `identifiers` (suppression entries written).
+            internal init(
+                requestId: Swift.String,
+                bundleId: Swift.String,
+                status: Components.Schemas.Erasure.StatusPayload,
+                requestedAt: Foundation.Date,
+                completedAt: Foundation.Date? = nil,
+                counts: Components.Schemas.Erasure.CountsPayload
+            ) {
+                self.requestId = requestId
+                self.bundleId = bundleId
+                self.status = status
+                self.requestedAt = requestedAt
+                self.completedAt = completedAt
+                self.counts = counts
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case requestId
+                case bundleId
+                case status
+                case requestedAt
+                case completedAt
+                case counts
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.requestId = try container.decode(
+                    Swift.String.self,
+                    forKey: .requestId
+                )
+                self.bundleId = try container.decode(
+                    Swift.String.self,
+                    forKey: .bundleId
+                )
+                self.status = try container.decode(
+                    Components.Schemas.Erasure.StatusPayload.self,
+                    forKey: .status
+                )
+                self.requestedAt = try container.decode(
+                    Foundation.Date.self,
+                    forKey: .requestedAt
+                )
+                self.completedAt = try container.decodeIfPresent(
+                    Foundation.Date.self,
+                    forKey: .completedAt
+                )
+                self.counts = try container.decode(
+                    Components.Schemas.Erasure.CountsPayload.self,
+                    forKey: .counts
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "requestId",
+                    "bundleId",
+                    "status",
+                    "requestedAt",
+                    "completedAt",
+                    "counts"
+                ])
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/Customer`.
         internal struct Customer: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/Customer/customerId`.

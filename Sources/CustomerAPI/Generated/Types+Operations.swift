@@ -186,7 +186,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/400`.
             ///
@@ -403,7 +403,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/503`.
             ///
@@ -779,7 +779,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/503`.
             ///
@@ -1030,7 +1030,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/400`.
             ///
@@ -1196,7 +1196,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/503`.
             ///
@@ -1374,7 +1374,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/400`.
             ///
@@ -1466,9 +1466,615 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            internal var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        internal enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            internal init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            internal var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            internal static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
+    /// Erase a customer (GDPR art. 17, CCPA deletion) and keep them erased through replays.
+    ///
+    /// Scope `erase` (a key of its own; write does not imply it). In one transaction: resolves the customer's subscriptions and one-time purchases (ownership, accepted purchases, appAccountToken, the previousOriginalTransactionId chains), deletes every row about them (entitlements, transactions, the archive, ownership, transfers, purchases, outbox events, webhook deliveries and their log, dead letters), records each identifier as a keyed digest so a replay, backfill, reconcile, import or re-drive of a record from before the erasure is acknowledged and not stored, and emits `customer.erased` (subject: the request id). Runs at once: the 202's body is the completed erasure, readable again at its `Location`. The same `requestId` again answers the same erasure. docs/privacy.md says what stays where (Kafka keeps records until their retention).
+    ///
+    ///
+    /// - Remark: HTTP `DELETE /v1/apps/{bundleId}/customers/{customerId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)`.
+    internal enum EraseCustomer {
+        internal static let id: Swift.String = "eraseCustomer"
+        internal struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/path`.
+            internal struct Path: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/path/bundleId`.
+                internal var bundleId: Components.Parameters.BundleId
+                /// The app's user id, a UUID (as an appAccountToken).
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/path/customerId`.
+                internal var customerId: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - bundleId:
+                ///   - customerId: The app's user id, a UUID (as an appAccountToken).
+                internal init(
+                    bundleId: Components.Parameters.BundleId,
+                    customerId: Swift.String
+                ) {
+                    self.bundleId = bundleId
+                    self.customerId = customerId
+                }
+            }
+            internal var path: Operations.EraseCustomer.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/query`.
+            internal struct Query: Sendable, Hashable {
+                /// Your own id for this erasure (letters, digits, `._:-`, at most 64), e.g. your privacy ticket; the `customer.erased` event carries it. Default a new one.
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/query/requestId`.
+                internal var requestId: Swift.String?
+                /// Why, for the erasure log (no personal data). Default `customer API request`.
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/query/reason`.
+                internal var reason: Swift.String?
+                /// Creates a new `Query`.
+                ///
+                /// - Parameters:
+                ///   - requestId: Your own id for this erasure (letters, digits, `._:-`, at most 64), e.g. your privacy ticket; the `customer.erased` event carries it. Default a new one.
+                ///   - reason: Why, for the erasure log (no personal data). Default `customer API request`.
+                internal init(
+                    requestId: Swift.String? = nil,
+                    reason: Swift.String? = nil
+                ) {
+                    self.requestId = requestId
+                    self.reason = reason
+                }
+            }
+            internal var query: Operations.EraseCustomer.Input.Query
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/header`.
+            internal struct Headers: Sendable, Hashable {
+                internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.EraseCustomer.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.EraseCustomer.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            internal var headers: Operations.EraseCustomer.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - query:
+            ///   - headers:
+            internal init(
+                path: Operations.EraseCustomer.Input.Path,
+                query: Operations.EraseCustomer.Input.Query = .init(),
+                headers: Operations.EraseCustomer.Input.Headers = .init()
+            ) {
+                self.path = path
+                self.query = query
+                self.headers = headers
+            }
+        }
+        internal enum Output: Sendable, Hashable {
+            internal struct Accepted: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/headers`.
+                internal struct Headers: Sendable, Hashable {
+                    /// /v1/apps/{bundleId}/erasures/{requestId}
+                    ///
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/headers/Location`.
+                    internal var location: Swift.String
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - location: /v1/apps/{bundleId}/erasures/{requestId}
+                    internal init(location: Swift.String) {
+                        self.location = location
+                    }
+                }
+                /// Received HTTP response headers
+                internal var headers: Operations.EraseCustomer.Output.Accepted.Headers
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/content/application\/json`.
+                    case json(Components.Schemas.Erasure)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.Erasure {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.EraseCustomer.Output.Accepted.Body
+                /// Creates a new `Accepted`.
+                ///
+                /// - Parameters:
+                ///   - headers: Received HTTP response headers
+                ///   - body: Received HTTP response body
+                internal init(
+                    headers: Operations.EraseCustomer.Output.Accepted.Headers,
+                    body: Operations.EraseCustomer.Output.Accepted.Body
+                ) {
+                    self.headers = headers
+                    self.body = body
+                }
+            }
+            /// Erased. Location is the erasure's own address.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/202`.
+            ///
+            /// HTTP response code: `202 accepted`.
+            case accepted(Operations.EraseCustomer.Output.Accepted)
+            /// The associated value of the enum case if `self` is `.accepted`.
+            ///
+            /// - Throws: An error if `self` is not `.accepted`.
+            /// - SeeAlso: `.accepted`.
+            internal var accepted: Operations.EraseCustomer.Output.Accepted {
+                get throws {
+                    switch self {
+                    case let .accepted(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "accepted",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No key, an unknown or a revoked key (`unauthorized`); which of them is not said.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            internal var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/403`.
+            ///
+            /// HTTP response code: `403 forbidden`.
+            case forbidden(Components.Responses.Forbidden)
+            /// The associated value of the enum case if `self` is `.forbidden`.
+            ///
+            /// - Throws: An error if `self` is not `.forbidden`.
+            /// - SeeAlso: `.forbidden`.
+            internal var forbidden: Components.Responses.Forbidden {
+                get throws {
+                    switch self {
+                    case let .forbidden(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            internal struct Conflict: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/409/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/409/content/application\/json`.
+                    case json(Components.Schemas._Error)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas._Error {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.EraseCustomer.Output.Conflict.Body
+                /// Creates a new `Conflict`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.EraseCustomer.Output.Conflict.Body) {
+                    self.body = body
+                }
+            }
+            /// The requestId belongs to an erasure of another customer (`request_id_taken`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/409`.
+            ///
+            /// HTTP response code: `409 conflict`.
+            case conflict(Operations.EraseCustomer.Output.Conflict)
+            /// The associated value of the enum case if `self` is `.conflict`.
+            ///
+            /// - Throws: An error if `self` is not `.conflict`.
+            /// - SeeAlso: `.conflict`.
+            internal var conflict: Operations.EraseCustomer.Output.Conflict {
+                get throws {
+                    switch self {
+                    case let .conflict(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "conflict",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            internal var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        internal enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            internal init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            internal var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            internal static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
+    /// An erasure, by its request id (counts only; nothing about the person).
+    ///
+    /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/erasures/{requestId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)`.
+    internal enum GetErasure {
+        internal static let id: Swift.String = "getErasure"
+        internal struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/path`.
+            internal struct Path: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/path/bundleId`.
+                internal var bundleId: Components.Parameters.BundleId
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/path/requestId`.
+                internal var requestId: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - bundleId:
+                ///   - requestId:
+                internal init(
+                    bundleId: Components.Parameters.BundleId,
+                    requestId: Swift.String
+                ) {
+                    self.bundleId = bundleId
+                    self.requestId = requestId
+                }
+            }
+            internal var path: Operations.GetErasure.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/header`.
+            internal struct Headers: Sendable, Hashable {
+                internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetErasure.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetErasure.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            internal var headers: Operations.GetErasure.Input.Headers
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            internal init(
+                path: Operations.GetErasure.Input.Path,
+                headers: Operations.GetErasure.Input.Headers = .init()
+            ) {
+                self.path = path
+                self.headers = headers
+            }
+        }
+        internal enum Output: Sendable, Hashable {
+            internal struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/responses/200/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/responses/200/content/application\/json`.
+                    case json(Components.Schemas.Erasure)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.Erasure {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetErasure.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.GetErasure.Output.Ok.Body) {
+                    self.body = body
+                }
+            }
+            /// The erasure.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.GetErasure.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            internal var ok: Operations.GetErasure.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No key, an unknown or a revoked key (`unauthorized`); which of them is not said.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            internal var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/403`.
+            ///
+            /// HTTP response code: `403 forbidden`.
+            case forbidden(Components.Responses.Forbidden)
+            /// The associated value of the enum case if `self` is `.forbidden`.
+            ///
+            /// - Throws: An error if `self` is not `.forbidden`.
+            /// - SeeAlso: `.forbidden`.
+            internal var forbidden: Components.Responses.Forbidden {
+                get throws {
+                    switch self {
+                    case let .forbidden(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No such subscription, transaction, order or purchase (`not_found`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Components.Responses.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            internal var notFound: Components.Responses.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/503`.
             ///
             /// HTTP response code: `503 serviceUnavailable`.
             case serviceUnavailable(Components.Responses.Unavailable)
@@ -1642,7 +2248,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/400`.
             ///
@@ -1757,7 +2363,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/503`.
             ///
@@ -1933,7 +2539,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/400`.
             ///
@@ -2048,7 +2654,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/503`.
             ///
@@ -2227,7 +2833,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/400`.
             ///
@@ -2342,7 +2948,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later.
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/503`.
             ///

@@ -34,6 +34,21 @@ internal protocol APIProtocol: Sendable {
     /// - Remark: HTTP `GET /v1/apps/{bundleId}/customers/{customerId}`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)`.
     func getCustomer(_ input: Operations.GetCustomer.Input) async throws -> Operations.GetCustomer.Output
+    /// Erase a customer (GDPR art. 17, CCPA deletion) and keep them erased through replays.
+    ///
+    /// Scope `erase` (a key of its own; write does not imply it). In one transaction: resolves the customer's subscriptions and one-time purchases (ownership, accepted purchases, appAccountToken, the previousOriginalTransactionId chains), deletes every row about them (entitlements, transactions, the archive, ownership, transfers, purchases, outbox events, webhook deliveries and their log, dead letters), records each identifier as a keyed digest so a replay, backfill, reconcile, import or re-drive of a record from before the erasure is acknowledged and not stored, and emits `customer.erased` (subject: the request id). Runs at once: the 202's body is the completed erasure, readable again at its `Location`. The same `requestId` again answers the same erasure. docs/privacy.md says what stays where (Kafka keeps records until their retention).
+    ///
+    ///
+    /// - Remark: HTTP `DELETE /v1/apps/{bundleId}/customers/{customerId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)`.
+    func eraseCustomer(_ input: Operations.EraseCustomer.Input) async throws -> Operations.EraseCustomer.Output
+    /// An erasure, by its request id (counts only; nothing about the person).
+    ///
+    /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/erasures/{requestId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)`.
+    func getErasure(_ input: Operations.GetErasure.Input) async throws -> Operations.GetErasure.Output
     /// One subscription, in every environment it exists in.
     ///
     /// - Remark: HTTP `GET /v1/apps/{bundleId}/subscriptions/{originalTransactionId}`.
@@ -120,6 +135,39 @@ extension APIProtocol {
         try await getCustomer(Operations.GetCustomer.Input(
             path: path,
             query: query,
+            headers: headers
+        ))
+    }
+    /// Erase a customer (GDPR art. 17, CCPA deletion) and keep them erased through replays.
+    ///
+    /// Scope `erase` (a key of its own; write does not imply it). In one transaction: resolves the customer's subscriptions and one-time purchases (ownership, accepted purchases, appAccountToken, the previousOriginalTransactionId chains), deletes every row about them (entitlements, transactions, the archive, ownership, transfers, purchases, outbox events, webhook deliveries and their log, dead letters), records each identifier as a keyed digest so a replay, backfill, reconcile, import or re-drive of a record from before the erasure is acknowledged and not stored, and emits `customer.erased` (subject: the request id). Runs at once: the 202's body is the completed erasure, readable again at its `Location`. The same `requestId` again answers the same erasure. docs/privacy.md says what stays where (Kafka keeps records until their retention).
+    ///
+    ///
+    /// - Remark: HTTP `DELETE /v1/apps/{bundleId}/customers/{customerId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)`.
+    internal func eraseCustomer(
+        path: Operations.EraseCustomer.Input.Path,
+        query: Operations.EraseCustomer.Input.Query = .init(),
+        headers: Operations.EraseCustomer.Input.Headers = .init()
+    ) async throws -> Operations.EraseCustomer.Output {
+        try await eraseCustomer(Operations.EraseCustomer.Input(
+            path: path,
+            query: query,
+            headers: headers
+        ))
+    }
+    /// An erasure, by its request id (counts only; nothing about the person).
+    ///
+    /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).
+    ///
+    /// - Remark: HTTP `GET /v1/apps/{bundleId}/erasures/{requestId}`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)`.
+    internal func getErasure(
+        path: Operations.GetErasure.Input.Path,
+        headers: Operations.GetErasure.Input.Headers = .init()
+    ) async throws -> Operations.GetErasure.Output {
+        try await getErasure(Operations.GetErasure.Input(
+            path: path,
             headers: headers
         ))
     }
