@@ -218,8 +218,10 @@ public struct EntitlementStore: Sendable {
     /// (`deadLetteredPositions(among:)`).
     public func store(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord] = []) async throws -> BatchOutcome {
         guard !batch.isEmpty || !deadLettered.isEmpty else { return BatchOutcome() }
-        return try await client.withTransaction(logger: logger) { connection in
-            try await write(batch, deadLettered: deadLettered, on: connection)
+        return try await ErasureFailure.unwrapped {
+            try await client.withTransaction(logger: logger) { connection in
+                try await write(batch, deadLettered: deadLettered, on: connection)
+            }
         }
     }
 

@@ -108,6 +108,19 @@ public enum ErasureFailure: Error, Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+extension ErasureFailure {
+    /// Runs `body`, rethrowing an `ErasureFailure` its transaction failed with as itself (not wrapped in
+    /// `PostgresTransactionError`), so callers can tell it apart (the customer API's 409, the worker's log).
+    static func unwrapped<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PostgresTransactionError {
+            if let failure = error.closureError as? ErasureFailure { throw failure }
+            throw error
+        }
+    }
+}
+
 /// Erasure (docs/privacy.md): resolves a customer, deletes what the pipeline keeps about them, records keyed
 /// digests so replays keep them forgotten, and says so with a `customer.erased` event: one transaction.
 public struct ErasureStore: Sendable {
@@ -119,10 +132,8 @@ public struct ErasureStore: Sendable {
         self.logger = logger
     }
 
-    /// Taken exclusively by an erasure and shared by every worker batch ("eras"): a batch that began before the
-    /// erasure is committed before it resolves the subject (and its rows are erased with the rest); a batch that
-    /// begins after it sees the suppression entries.
-    static let lockKey: Int64 = 0x6572_6173
+    /// `ErasureLock`: taken exclusively here, shared by every worker batch and webhook enqueue.
+    static let lockKey = ErasureLock.advisoryKey
 
     /// How many rounds of "subscriptions → customers and tokens → subscriptions" resolution follow at most.
     static let resolutionRounds = 8
@@ -130,10 +141,12 @@ public struct ErasureStore: Sendable {
     /// Runs one erasure (idempotent by request id: the same request again answers its report). `emitsEvents`:
     /// whether `customer.erased` goes to the outbox (`EVENTS_ENABLED`).
     public func erase(_ request: ErasureRequest, key: ErasureKey, emitsEvents: Bool = true, statementTimeout: Duration? = .seconds(120)) async throws -> ErasureReport {
-        try await client.withTransaction(logger: logger) { connection in
-            try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
-            try await connection.query("SELECT pg_advisory_xact_lock(\(Self.lockKey))", logger: logger)
-            return try await erase(request, key: key, emitsEvents: emitsEvents, on: connection)
+        try await ErasureFailure.unwrapped {
+            try await client.withTransaction(logger: logger) { connection in
+                try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
+                try await connection.query("SELECT pg_advisory_xact_lock(\(Self.lockKey))", logger: logger)
+                return try await erase(request, key: key, emitsEvents: emitsEvents, on: connection)
+            }
         }
     }
 

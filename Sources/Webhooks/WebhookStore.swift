@@ -244,20 +244,26 @@ public struct WebhookStore: Sendable {
         }
         guard !rows.isEmpty else { return 0 }
         let payload = JSONValue.array(rows).serialized
-        let inserted = try await client.query(
-            """
-            INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, traceparent)
-            SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body,
-                r.traceparent
-            FROM jsonb_to_recordset(\(payload)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
-                kafka_partition int, kafka_offset bigint, body text, traceparent text)
-            ON CONFLICT (endpoint_id, event_id) DO NOTHING
-            RETURNING id
-            """,
-            logger: logger)
-        var count = 0
-        for try await _ in inserted.decode(Int64.self) { count += 1 }
-        return count
+        // An event of an erased customer read from the topic after the erasure makes no delivery (`erased_events`);
+        // the erasure lock shared makes "after" exact: an erasure running now waits for this insert, then deletes it.
+        return try await client.withTransaction(logger: logger) { connection in
+            try await connection.query("SELECT pg_advisory_xact_lock_shared(\(ErasureLock.advisoryKey))", logger: logger)
+            let inserted = try await connection.query(
+                """
+                INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, traceparent)
+                SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body,
+                    r.traceparent
+                FROM jsonb_to_recordset(\(payload)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
+                    kafka_partition int, kafka_offset bigint, body text, traceparent text)
+                WHERE NOT EXISTS (SELECT 1 FROM erased_events e WHERE e.event_id = r.event_id)
+                ON CONFLICT (endpoint_id, event_id) DO NOTHING
+                RETURNING id
+                """,
+                logger: logger)
+            var count = 0
+            for try await _ in inserted.decode(Int64.self) { count += 1 }
+            return count
+        }
     }
 
     /// Claims up to `limit` deliveries that are due, each the oldest pending delivery of its (endpoint,

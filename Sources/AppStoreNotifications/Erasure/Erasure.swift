@@ -128,3 +128,11 @@ extension String {
         return String(scalars)
     }
 }
+
+/// The PostgreSQL advisory lock ("eras") an erasure takes exclusively and every writer of a customer's data takes
+/// shared in its transaction (a worker batch, the webhooks service's new deliveries): a writer that began before the
+/// erasure commits before the erasure resolves its subject (its rows are erased with the rest); one that begins
+/// after it sees the erasure's suppression entries and erased event ids.
+public enum ErasureLock {
+    public static let advisoryKey: Int64 = 0x6572_6173
+}

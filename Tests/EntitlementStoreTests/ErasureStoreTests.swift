@@ -1,0 +1,249 @@
+import AppStoreNotifications
+@testable import EntitlementStore
+import Foundation
+import Logging
+import PostgresNIO
+import TestSigning
+import TestSupport
+import Testing
+import PipelineTestSupport
+
+/// Erasure against a real PostgreSQL: customer A erased, customer B untouched, A kept erased through a replay and
+/// back after a renewal signed later; the worker refuses to guess without the key; the prune job.
+@Suite("Erasure and retention against a real PostgreSQL", .serialized, .requiresPostgres)
+struct ErasureStoreTests: MintedSuite {
+    static let logger: Logger = {
+        var logger = Logger(label: "erasure-tests")
+        logger.logLevel = .error
+        return logger
+    }()
+    let minted: MintedVerification
+    let key = try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key")
+
+    init() throws {
+        minted = try MintedVerification()
+    }
+
+    /// A's lifecycle (subscription 0, plus a second subscription continuing it through previousOriginalTransactionId
+    /// with no token of its own) and B's (subscription 1), as stored records.
+    func customers() async throws -> (a: [StoredNotification], b: [StoredNotification], aEvents: [NotificationMinter.SubscriptionEvent]) {
+        let events = NotificationMinter.lifecycleEvents(subscriptions: 2)
+        var aEvents = events.filter { $0.originalTransactionId.hasSuffix("0") }
+        let bEvents = events.filter { $0.originalTransactionId.hasSuffix("1") }
+        var continued = NotificationMinter.SubscriptionEvent.sample(seed: 99, signedDate: aEvents.last!.signedDate + 1_000, type: "SUBSCRIBED", subtype: "RESUBSCRIBE")
+        continued.notificationUUID = deterministicUUID(77_000_001)
+        continued.originalTransactionId = "3000000000000000777"
+        continued.transactionId = "3100000000000000777"
+        continued.previousOriginalTransactionId = aEvents[0].originalTransactionId
+        continued.appAccountToken = ""
+        continued.purchaseDate = continued.signedDate
+        continued.expiresDate = continued.signedDate + 30 * 86_400_000
+        aEvents.append(continued)
+        var offset: Int64 = 0
+        func stored(_ event: NotificationMinter.SubscriptionEvent) async throws -> StoredNotification {
+            offset += 1
+            let signed = minter.signedNotification(event)
+            return StoredNotification(
+                verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
+                receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
+        }
+        var a: [StoredNotification] = []
+        for event in aEvents { a.append(try await stored(event)) }
+        var b: [StoredNotification] = []
+        for event in bEvents { b.append(try await stored(event)) }
+        return (a, b, aEvents)
+    }
+
+    /// Every text, json, jsonb and array column of every table: how many rows mention any of `needles`.
+    static func mentions(of needles: [String], client: PostgresClient, except: Set<String> = []) async throws -> [String: Int] {
+        var columns: [(String, String)] = []
+        for try await (table, column) in try await client.query(
+            """
+            SELECT c.table_name, c.column_name FROM information_schema.columns c
+            JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
+            WHERE c.table_schema = 'public' AND c.data_type IN ('text', 'json', 'jsonb', 'ARRAY', 'character varying')
+            """,
+            logger: logger
+        ).decode((String, String).self) { columns.append((table, column)) }
+        #expect(columns.count > 60, "the scan reaches every table's text columns")
+        let patterns = needles.map { "%" + $0 + "%" }
+        var found: [String: Int] = [:]
+        for (table, column) in columns where !except.contains(table) {
+            let query = PostgresQuery(unsafeSQL: "SELECT count(*) FROM \"\(table)\" WHERE \"\(column)\"::text LIKE ANY($1::text[])", binds: {
+                var binds = PostgresBindings()
+                binds.append(patterns)
+                return binds
+            }())
+            for try await count in try await client.query(query, logger: logger).decode(Int64.self) where count > 0 { found["\(table).\(column)"] = Int(count) }
+        }
+        return found
+    }
+
+    /// A digest of every table's rows that mention none of `needles` (B's and everything else), excluding the
+    /// tables an erasure writes by design.
+    static func digestOfOthers(excluding needles: [String], client: PostgresClient) async throws -> [String: String] {
+        let skipped: Set<String> = ["erasure_requests", "erasure_suppressions", "erasure_keys", "erased_events", "notification_ledger", "schema_migrations"]
+        var tables: [String] = []
+        for try await table in try await client.query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'", logger: logger
+        ).decode(String.self) where !skipped.contains(table) { tables.append(table) }
+        let patterns = needles.map { "%" + $0 + "%" }
+        var digests: [String: String] = [:]
+        for table in tables {
+            let query = PostgresQuery(unsafeSQL: """
+                SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), '') FROM (SELECT row_to_json(x)::text AS r FROM "\(table)" x) s
+                WHERE NOT (r LIKE ANY($1::text[])) AND r NOT LIKE '%customer.erased%'
+                """, binds: {
+                var binds = PostgresBindings()
+                binds.append(patterns)
+                return binds
+            }())
+            for try await digest in try await client.query(query, logger: logger).decode(String.self) { digests[table] = digest }
+        }
+        return digests
+    }
+
+    @Test("erasing A leaves no trace of A in any column of any table, B unchanged; a replay is suppressed; a later renewal starts anew")
+    func eraseAndReplay() async throws {
+        try await withMigratedStore("erasure", logger: Self.logger) { plain, client in
+            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            let (a, b, aEvents) = try await customers()
+            _ = try await store.store(a + b)
+            // Webhook deliveries of every event (A's with an attempt whose excerpt echoes A's subscription), and a dead
+            // letter claiming A's subscription.
+            try await client.query(
+                """
+                INSERT INTO webhook_endpoints (id, url, description, bundle_ids, environment, event_types, allow_http, secret, enabled)
+                VALUES ('we_1', 'https://example.invalid/hook', 'test', '{}', NULL, '{}', false, 'whsec_test', true)
+                """, logger: Self.logger)
+            try await client.query(
+                """
+                INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, status)
+                SELECT 'we_1', event_id, event_type, subject, event_time, 0, id, data, 'delivered' FROM entitlement_events_outbox
+                """, logger: Self.logger)
+            try await client.query(
+                """
+                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, response_excerpt)
+                SELECT id, 200, 5, 'ok ' || subject FROM webhook_deliveries
+                """, logger: Self.logger)
+            var letter = DeadLetteredRecord(
+                position: RecordPosition(topic: "t", partition: 1, offset: 1), errorCode: "signatureInvalid", reason: "test",
+                payload: Array(a[1].signedPayload.utf8))
+            letter.claims.bundleId = minter.bundleId
+            _ = try await store.store([], deadLettered: [letter])
+
+            let aIdentifiers = Array(Set(aEvents.flatMap { [$0.originalTransactionId, $0.transactionId] } + [aEvents[0].appAccountToken]))
+            let aUUIDs = aEvents.map(\.notificationUUID)
+            let before = try await Self.mentions(of: aIdentifiers, client: client)
+            #expect(before.keys.contains("notification_archive.original_transaction_id") && before.keys.contains("webhook_deliveries.body"), "A is stored before: \(before)")
+            let othersBefore = try await Self.digestOfOthers(excluding: aIdentifiers + aUUIDs, client: client)
+
+            let report = try await ErasureStore(client: client, logger: Self.logger).erase(
+                ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.appAccountToken, aEvents[0].appAccountToken.uppercased(), bundleId: minter.bundleId),
+                    reason: "test", requestedBy: "test"), key: key)
+            #expect(report.counts["subscriptions"] == 2, "A's subscription and the one continuing it: \(report.counts)")
+            #expect(report.counts["notification_archive"] == a.count)
+            #expect(report.counts["dead_lettered_records"] == 1)
+            #expect((report.counts["webhook_deliveries"] ?? 0) > 0 && (report.counts["events"] ?? 0) > 0)
+
+            let after = try await Self.mentions(of: aIdentifiers, client: client)
+            #expect(after.isEmpty, "A's identifiers remain in \(after)")
+            let uuidsAfter = try await Self.mentions(of: aUUIDs, client: client, except: ["notification_ledger"])
+            #expect(uuidsAfter.isEmpty, "A's notification UUIDs remain outside the ledger in \(uuidsAfter)")
+            var ledger = 0
+            for try await count in try await client.query("SELECT count(*) FROM notification_ledger WHERE outcome = 'erased'", logger: Self.logger).decode(Int64.self) {
+                ledger = Int(count)
+            }
+            #expect(ledger == a.count, "the ledger keeps A's UUIDs (a duplicate stays a no-op), marked erased")
+            let othersAfter = try await Self.digestOfOthers(excluding: aIdentifiers + aUUIDs, client: client)
+            #expect(othersAfter == othersBefore, "B's rows (and everything not A's) are unchanged")
+            var erasedEvents: [String] = []
+            for try await (type, subject, data) in try await client.query(
+                "SELECT event_type, subject, data FROM entitlement_events_outbox WHERE event_type = 'customer.erased'", logger: Self.logger
+            ).decode((String, String, String).self) {
+                erasedEvents.append(type)
+                #expect(subject == "ticket-1" && data.contains("\"requestId\":\"ticket-1\""))
+            }
+            #expect(erasedEvents == ["customer.erased"])
+            // The same request again answers the same erasure; the id for another subject is refused.
+            let again = try await ErasureStore(client: client, logger: Self.logger).erase(
+                ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.appAccountToken, aEvents[0].appAccountToken, bundleId: minter.bundleId),
+                    reason: "test", requestedBy: "test"), key: key)
+            #expect(again.completedAt == report.completedAt)
+            await #expect(throws: ErasureFailure.self) {
+                _ = try await ErasureStore(client: client, logger: Self.logger).erase(
+                    ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.customerId, UUID().uuidString, bundleId: minter.bundleId), reason: "t", requestedBy: "t"),
+                    key: key)
+            }
+
+            // A replay of everything: A's records suppressed (not even duplicates), B's duplicates.
+            var replay = a + b
+            for index in replay.indices { replay[index].kafkaOffset = 1_000 + Int64(index) }
+            let outcome = try await store.store(replay)
+            #expect(outcome.suppressed["notification"] == a.count, "\(outcome.suppressed)")
+            #expect(outcome.duplicates == b.count && outcome.applied == 0)
+            #expect(try await Self.mentions(of: aIdentifiers, client: client).isEmpty)
+
+            // Without the key, or with another, a batch is refused rather than let through.
+            await #expect(throws: ErasureFailure.keyMissing) { _ = try await plain.store(replay) }
+            let other = EntitlementStore(client: client, logger: Self.logger, erasureKey: try ErasureKey(secret: String(repeating: "o", count: 40)))
+            await #expect(throws: ErasureFailure.self) { _ = try await other.store(replay) }
+
+            // A renewal Apple signed after the erasure (the person is still billed) is applied: a new history.
+            var renewal = aEvents[1]
+            renewal.notificationUUID = deterministicUUID(77_000_002)
+            renewal.transactionId = "3100000000000000888"
+            renewal.signedDate = Int64(Date().timeIntervalSince1970 * 1000) + 5_000
+            renewal.purchaseDate = renewal.signedDate
+            renewal.expiresDate = renewal.signedDate + 30 * 86_400_000
+            renewal.status = 1
+            renewal.autoRenewStatus = 1
+            let signed = minter.signedNotification(renewal)
+            let renewed = try await store.store([StoredNotification(verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: 5_000)])
+            #expect(renewed.applied == 1 && renewed.suppressed.isEmpty)
+            var active = false
+            for try await isActive in try await client.query(
+                "SELECT is_active FROM entitlements_now WHERE original_transaction_id = \(renewal.originalTransactionId)", logger: Self.logger
+            ).decode(Bool.self) { active = isActive }
+            #expect(active, "the renewal signed after the erasure grants access")
+        }
+    }
+
+    @Test("the prune job deletes what is past each store's retention, in batches, and keeps what is inside it")
+    func retention() async throws {
+        try await withMigratedStore("retention", logger: Self.logger) { store, client in
+            let (a, b, _) = try await customers()
+            _ = try await store.store(a + b)
+            for index in 0..<5 {
+                _ = try await store.store([], deadLettered: [DeadLetteredRecord(position: RecordPosition(topic: "t", partition: 2, offset: Int64(index)), errorCode: "x")])
+            }
+            // Half the archive and three dead letters are old.
+            try await client.query(
+                """
+                UPDATE notification_archive SET stored_at = now() - interval '40 days'
+                WHERE notification_uuid IN (SELECT notification_uuid FROM notification_archive ORDER BY notification_uuid LIMIT \(a.count))
+                """, logger: Self.logger)
+            try await client.query("UPDATE dead_lettered_records SET dead_lettered_at = now() - interval '40 days' WHERE original_offset < 3", logger: Self.logger)
+            var policy = RetentionPolicy()
+            policy.archiveDays = 30
+            var retention = RetentionStore(client: client, logger: Self.logger)
+            retention.batchSize = 2
+            let counted = try await retention.prune(policy, dryRun: true)
+            #expect(counted["notification_archive"] == a.count && counted["dead_lettered_records"] == 3)
+            let deleted = try await retention.prune(policy)
+            #expect(deleted["notification_archive"] == a.count, "\(deleted)")
+            #expect(deleted["notification_deliveries"] == a.count)
+            #expect(deleted["dead_lettered_records"] == 3)
+            var remaining = 0
+            for try await count in try await client.query("SELECT count(*) FROM notification_archive", logger: Self.logger).decode(Int64.self) { remaining = Int(count) }
+            #expect(remaining == b.count, "what is inside the retention stays")
+            var ledger = 0
+            for try await count in try await client.query("SELECT count(*) FROM notification_ledger", logger: Self.logger).decode(Int64.self) { ledger = Int(count) }
+            #expect(ledger == a.count + b.count, "the ledger keeps every UUID: a late duplicate stays a no-op")
+            #expect(try await retention.prune(policy).values.allSatisfy { $0 == 0 }, "a second run finds nothing")
+            policy.archiveDays = nil
+            let kept = try await retention.prune(policy, now: Date().addingTimeInterval(10 * 365 * 86_400))
+            #expect(kept["notification_archive"] == nil, "the archive is kept by default")
+        }
+    }
+}
