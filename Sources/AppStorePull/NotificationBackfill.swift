@@ -57,17 +57,21 @@ public struct BackfillRequest: Sendable, Hashable {
             onlyFailures: onlyFailures ? true : nil)
     }
 
-    /// The run's arguments as stored with its checkpoint.
+    /// The run's arguments as stored with its checkpoint. A customer's transaction id is kept only as its SHA-256
+    /// (in the key too: `storedArgumentsKey`), so an erased customer's id never lingers in `backfill_runs`.
     var argumentsJSON: JSONObject {
         var object = JSONObject([
             "bundleId": .string(bundleId), "environment": .string(environment.rawValue), "startDate": .number(JSONNumber(startDate)),
-            "endDate": .number(JSONNumber(endDate)), "onlyFailures": .bool(onlyFailures), "given": .string(argumentsKey),
+            "endDate": .number(JSONNumber(endDate)), "onlyFailures": .bool(onlyFailures), "given": .string(storedArgumentsKey),
         ])
         if let notificationType { object["notificationType"] = .string(notificationType) }
         if let notificationSubtype { object["notificationSubtype"] = .string(notificationSubtype) }
-        if let transactionId { object["transactionId"] = .string(transactionId) }
+        if let transactionId { object["transactionIdSHA256"] = .string(ContentDigest.sha256Hex(transactionId)) }
         return object
     }
+
+    /// The key a run is found again by: the arguments as given, or their SHA-256 when they name a customer's transaction.
+    var storedArgumentsKey: String { transactionId == nil ? argumentsKey : "sha256:" + ContentDigest.sha256Hex(argumentsKey) }
 }
 
 /// A backfill that cannot run as asked.
@@ -122,7 +126,7 @@ public struct NotificationBackfill: Sendable {
         var token: String?
         if producer != nil {
             let opened = try await store.openBackfillRun(
-                argumentsKey: request.argumentsKey, arguments: request.argumentsJSON.serialized, bundleId: request.bundleId,
+                argumentsKey: request.storedArgumentsKey, arguments: request.argumentsJSON.serialized, bundleId: request.bundleId,
                 environment: request.environment.rawValue, startDate: request.startDate, endDate: request.endDate, restart: restart)
             checkpoint = opened
             // A resumed run keeps the window it resolved when it began.

@@ -225,7 +225,7 @@ public struct ErasureStore: Sendable {
             """)
         try await delete("transaction_grace", "DELETE FROM transaction_grace WHERE transaction_id = ANY(\(txids)::text[]) RETURNING 1")
         try await delete("transaction_history_revisions", """
-            DELETE FROM transaction_history_revisions WHERE bundle_id = \(bundleId) AND transaction_id = ANY(\(txids)::text[]) RETURNING 1
+            DELETE FROM transaction_history_revisions WHERE bundle_id = \(bundleId) AND transaction_id = ANY(\(txids + otids)::text[]) RETURNING 1
             """)
         try await delete("transactions", """
             DELETE FROM transactions WHERE transaction_id = ANY(\(txids)::text[])

@@ -54,54 +54,8 @@ struct ErasureStoreTests: MintedSuite {
         return (a, b, aEvents)
     }
 
-    /// Every text, json, jsonb and array column of every table: how many rows mention any of `needles`.
-    static func mentions(of needles: [String], client: PostgresClient, except: Set<String> = []) async throws -> [String: Int] {
-        var columns: [(String, String)] = []
-        for try await (table, column) in try await client.query(
-            """
-            SELECT c.table_name, c.column_name FROM information_schema.columns c
-            JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
-            WHERE c.table_schema = 'public' AND c.data_type IN ('text', 'json', 'jsonb', 'ARRAY', 'character varying')
-            """,
-            logger: logger
-        ).decode((String, String).self) { columns.append((table, column)) }
-        #expect(columns.count > 60, "the scan reaches every table's text columns")
-        let patterns = needles.map { "%" + $0 + "%" }
-        var found: [String: Int] = [:]
-        for (table, column) in columns where !except.contains(table) {
-            let query = PostgresQuery(unsafeSQL: "SELECT count(*) FROM \"\(table)\" WHERE \"\(column)\"::text LIKE ANY($1::text[])", binds: {
-                var binds = PostgresBindings()
-                binds.append(patterns)
-                return binds
-            }())
-            for try await count in try await client.query(query, logger: logger).decode(Int64.self) where count > 0 { found["\(table).\(column)"] = Int(count) }
-        }
-        return found
-    }
-
-    /// A digest of every table's rows that mention none of `needles` (B's and everything else), excluding the
-    /// tables an erasure writes by design.
-    static func digestOfOthers(excluding needles: [String], client: PostgresClient) async throws -> [String: String] {
-        let skipped: Set<String> = ["erasure_requests", "erasure_suppressions", "erasure_keys", "erased_events", "notification_ledger", "schema_migrations"]
-        var tables: [String] = []
-        for try await table in try await client.query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'", logger: logger
-        ).decode(String.self) where !skipped.contains(table) { tables.append(table) }
-        let patterns = needles.map { "%" + $0 + "%" }
-        var digests: [String: String] = [:]
-        for table in tables {
-            let query = PostgresQuery(unsafeSQL: """
-                SELECT coalesce(md5(string_agg(r::text, '|' ORDER BY r::text)), '') FROM (SELECT row_to_json(x)::text AS r FROM "\(table)" x) s
-                WHERE NOT (r LIKE ANY($1::text[])) AND r NOT LIKE '%customer.erased%'
-                """, binds: {
-                var binds = PostgresBindings()
-                binds.append(patterns)
-                return binds
-            }())
-            for try await digest in try await client.query(query, logger: logger).decode(String.self) { digests[table] = digest }
-        }
-        return digests
-    }
+    /// What an erasure writes by design: its own tables, the ledger's outcomes, and the customer.erased event.
+    static let writtenByErasure: Set<String> = ["erasure_requests", "erasure_suppressions", "erasure_keys", "erased_events", "notification_ledger", "schema_migrations"]
 
     @Test("erasing A leaves no trace of A in any column of any table, B unchanged; a replay is suppressed; a later renewal starts anew")
     func eraseAndReplay() async throws {
@@ -134,9 +88,10 @@ struct ErasureStoreTests: MintedSuite {
 
             let aIdentifiers = Array(Set(aEvents.flatMap { [$0.originalTransactionId, $0.transactionId] } + [aEvents[0].appAccountToken]))
             let aUUIDs = aEvents.map(\.notificationUUID)
-            let before = try await Self.mentions(of: aIdentifiers, client: client)
+            #expect(try await DatabaseScan.textColumns(client).count > 60, "the scan reaches every table's text columns")
+            let before = try await DatabaseScan.mentions(of: aIdentifiers, in: client)
             #expect(before.keys.contains("notification_archive.original_transaction_id") && before.keys.contains("webhook_deliveries.body"), "A is stored before: \(before)")
-            let othersBefore = try await Self.digestOfOthers(excluding: aIdentifiers + aUUIDs, client: client)
+            let othersBefore = try await DatabaseScan.digestOfOthers(excluding: aIdentifiers + aUUIDs, in: client, except: Self.writtenByErasure, ignoring: ["customer.erased"])
 
             let report = try await ErasureStore(client: client, logger: Self.logger).erase(
                 ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.appAccountToken, aEvents[0].appAccountToken.uppercased(), bundleId: minter.bundleId),
@@ -146,16 +101,16 @@ struct ErasureStoreTests: MintedSuite {
             #expect(report.counts["dead_lettered_records"] == 1)
             #expect((report.counts["webhook_deliveries"] ?? 0) > 0 && (report.counts["events"] ?? 0) > 0)
 
-            let after = try await Self.mentions(of: aIdentifiers, client: client)
+            let after = try await DatabaseScan.mentions(of: aIdentifiers, in: client)
             #expect(after.isEmpty, "A's identifiers remain in \(after)")
-            let uuidsAfter = try await Self.mentions(of: aUUIDs, client: client, except: ["notification_ledger"])
+            let uuidsAfter = try await DatabaseScan.mentions(of: aUUIDs, in: client, except: ["notification_ledger"])
             #expect(uuidsAfter.isEmpty, "A's notification UUIDs remain outside the ledger in \(uuidsAfter)")
             var ledger = 0
             for try await count in try await client.query("SELECT count(*) FROM notification_ledger WHERE outcome = 'erased'", logger: Self.logger).decode(Int64.self) {
                 ledger = Int(count)
             }
             #expect(ledger == a.count, "the ledger keeps A's UUIDs (a duplicate stays a no-op), marked erased")
-            let othersAfter = try await Self.digestOfOthers(excluding: aIdentifiers + aUUIDs, client: client)
+            let othersAfter = try await DatabaseScan.digestOfOthers(excluding: aIdentifiers + aUUIDs, in: client, except: Self.writtenByErasure, ignoring: ["customer.erased"])
             #expect(othersAfter == othersBefore, "B's rows (and everything not A's) are unchanged")
             var erasedEvents: [String] = []
             for try await (type, subject, data) in try await client.query(
@@ -182,7 +137,7 @@ struct ErasureStoreTests: MintedSuite {
             let outcome = try await store.store(replay)
             #expect(outcome.suppressed["notification"] == a.count, "\(outcome.suppressed)")
             #expect(outcome.duplicates == b.count && outcome.applied == 0)
-            #expect(try await Self.mentions(of: aIdentifiers, client: client).isEmpty)
+            #expect(try await DatabaseScan.mentions(of: aIdentifiers, in: client).isEmpty)
 
             // Without the key, or with another, a batch is refused rather than let through.
             await #expect(throws: ErasureFailure.keyMissing) { _ = try await plain.store(replay) }
