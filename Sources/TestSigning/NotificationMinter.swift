@@ -193,6 +193,24 @@ public struct NotificationMinter: Sendable {
         chain.sign(payload(event))
     }
 
+    /// A RESCIND_CONSENT notification (a parent or guardian withdrew consent): `appData` with the app transaction
+    /// `appTransactionId`, no `data`, as Apple's documentation shows it.
+    public func signedRescindConsent(notificationUUID: String, signedDate: Int64, appTransactionId: String) -> String {
+        let appTransaction = JSONObject([
+            "receiptType": .string(environment.rawValue), "appAppleId": number(appAppleId), "bundleId": .string(bundleId),
+            "applicationVersion": .string("1"), "receiptCreationDate": number(signedDate), "originalPurchaseDate": number(signedDate - 86_400_000),
+            "originalApplicationVersion": .string("1"), "appTransactionId": .string(appTransactionId), "originalPlatform": .string("iOS"),
+        ])
+        return chain.sign(JSONObject([
+            "notificationType": .string("RESCIND_CONSENT"), "notificationUUID": .string(notificationUUID), "version": .string("2.0"),
+            "signedDate": number(signedDate),
+            "appData": .object(JSONObject([
+                "appAppleId": number(appAppleId), "bundleId": .string(bundleId), "environment": .string(environment.rawValue),
+                "signedAppTransactionInfo": .string(chain.sign(appTransaction)),
+            ])),
+        ]))
+    }
+
     /// `count` distinct, realistically sized (≈19 KB, like Apple's) notification bodies: one minted notification
     /// whose signature segment is varied per body. For ingest tests and benchmarks: ingest does not verify, so
     /// shape and size are what matter; the worker would reject all but none of them.

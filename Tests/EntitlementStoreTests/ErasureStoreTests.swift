@@ -164,6 +164,40 @@ struct ErasureStoreTests: MintedSuite {
         }
     }
 
+    @Test("RESCIND_CONSENT is stored and makes consent.rescinded; with CONSENT_RESCINDED_ERASES it queues the erasure of what its app transaction links to")
+    func rescindConsent() async throws {
+        try await withMigratedStore("consent", logger: Self.logger) { _, client in
+            let (a, b, aEvents) = try await customers()
+            let appTransactionId = try #require(a[0].verified.transactionInfo?.model.appTransactionId)
+            func rescind(_ seed: Int) async throws -> StoredNotification {
+                let signed = minter.signedRescindConsent(
+                    notificationUUID: deterministicUUID(seed), signedDate: aEvents.last!.signedDate + 60_000, appTransactionId: appTransactionId)
+                return StoredNotification(verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: Int64(seed))
+            }
+            // Off (the default): stored, an event, nothing erased.
+            let keeping = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            _ = try await keeping.store(a + b + [try await rescind(88_000_001)])
+            var events: [String] = []
+            for try await subject in try await client.query(
+                "SELECT subject FROM entitlement_events_outbox WHERE event_type = 'consent.rescinded'", logger: Self.logger).decode(String.self) { events.append(subject) }
+            #expect(events == [appTransactionId])
+            #expect(try await ErasureStore(client: client, logger: Self.logger).runPending(key: key).isEmpty)
+
+            // On: a second RESCIND_CONSENT queues the erasure in its batch; running it erases A, not B.
+            let erasing = EntitlementStore(client: client, logger: Self.logger, erasureKey: key, consentRescindedErases: true)
+            _ = try await erasing.store([try await rescind(88_000_002)])
+            var pending: [String] = []
+            for try await subject in try await client.query("SELECT pending_subject FROM erasure_requests WHERE status = 'pending'", logger: Self.logger)
+                .decode(String.self) { pending.append(subject) }
+            #expect(pending == [appTransactionId])
+            let reports = try await ErasureStore(client: client, logger: Self.logger).runPending(key: key)
+            #expect(reports.count == 1 && reports.first?.counts["subscriptions"] == 2, "\(reports.map(\.counts))")
+            let left = try await DatabaseScan.mentions(of: [aEvents[0].originalTransactionId, appTransactionId], in: client)
+            #expect(left.isEmpty, "A remains in \(left)")
+            #expect(try await DatabaseScan.mentions(of: [b[0].verified.transactionInfo!.model.originalTransactionId!], in: client)["entitlements.original_transaction_id"] == 1)
+        }
+    }
+
     @Test("the prune job deletes what is past each store's retention, in batches, and keeps what is inside it")
     func retention() async throws {
         try await withMigratedStore("retention", logger: Self.logger) { store, client in
