@@ -28,8 +28,8 @@ final class CustomerAPIScene: @unchecked Sendable {
     var bundleId: String { minter.bundleId }
     let binary = repositoryRoot.appendingPathComponent(".build/debug/customer-api").path
 
-    init(bootstrap: String, postgresURL: String) async throws {
-        scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+    init(bootstrap: String, postgresURL: String, workerEnvironment: [String: String] = [:]) async throws {
+        scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: workerEnvironment)
         // The worker's migration may still run when its ops port listens: migrate (under the same advisory lock)
         // before the first pipelinectl call.
         let migrated = try await scene.run(["migrate"])
