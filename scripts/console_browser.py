@@ -164,6 +164,31 @@ with sync_playwright() as p:
     forbidden = viewer_context.request.post(base + "/dead-letters/redrive", form={"csrf": token, "position": "x:0:0", "reason": "viewer tries"}, max_redirects=0)
     check(forbidden.status == 403, f"a viewer's re-drive: 403 (got {forbidden.status})")
 
+    # Erasure: offered to admins only, confirmed by typing the customer id, audited by request id.
+    customer_url = f"{base}/apps/{quote(bundle, safe='')}/customers/{quote(spec['eraseCustomer'], safe='')}"
+    page.goto(customer_url)
+    check(page.locator("#erase").count() == 0, "a support operator is offered no erasure")
+    refused = context.request.post(customer_url + "/erase", form={"csrf": csrf_of(page), "reason": "support tries", "confirm": spec["eraseCustomer"]}, max_redirects=0)
+    check(refused.status == 403, f"a support operator's erasure: 403 (got {refused.status})")
+    admin_context = browser.new_context()
+    admin = admin_context.new_page()
+    sign_in(admin, spec["admin"])
+    admin.goto(customer_url)
+    check(admin.locator("#erase").count() == 1, "an admin is offered the erasure")
+    check(admin.locator("main a[href*='/subscriptions/']").count() >= 1, "the customer has a subscription before")
+    mismatch = admin_context.request.post(customer_url + "/erase", form={"csrf": csrf_of(admin), "reason": "ticket 42", "confirm": "someone else"}, max_redirects=0)
+    check(mismatch.status == 400, f"an erasure not confirmed: 400 (got {mismatch.status})")
+    admin.fill("#erase input[name=reason]", "privacy request, ticket 42")
+    admin.fill("#erase input[name=confirm]", spec["eraseCustomer"])
+    admin.click("#erase button[value=erase]")
+    admin.wait_for_load_state()
+    check("completed" in admin.locator("main").inner_text() and admin.locator("[data-request-id]").count() == 1, "the erasure is confirmed with its request id")
+    admin.goto(customer_url)
+    check("No subscription of this customer." in admin.locator("main").inner_text(), "the erased customer has nothing left")
+    admin.goto(base + "/audit")
+    check(admin.locator("tr.audit[data-action=erase]").count() == 1, "the erasure is in /audit")
+    check(spec["eraseCustomer"] not in admin.locator("main").inner_text(), "the audit does not name the erased customer")
+
     # Signing out ends the session.
     page.goto(base + "/")
     page.click("text=Sign out")

@@ -67,6 +67,36 @@ extension ConsolePages {
     }
 }
 
+extension ConsolePages {
+    /// Erases a customer (admin only, the customer id typed again to confirm): the same erasure as `pipelinectl
+    /// customers erase` and the customer API's DELETE. The audit entry names the request id, never the customer.
+    func erase(_ request: Request, bundle: String, customerId: String, _ session: OperatorSession) async throws -> Response {
+        let (body, reason) = try await actionForm(request, session, action: "erase")
+        guard session.role == .admin else {
+            metrics.action("erase", outcome: "forbidden")
+            throw Refusal(status: .forbidden, code: "forbiddenRole", reason: "Only an admin operator may erase a customer.")
+        }
+        guard let key = actions.erasureKey else {
+            metrics.action("erase", outcome: "unavailable")
+            throw Refusal(status: .serviceUnavailable, code: "erasureNotConfigured", reason: "Erasure needs the erasure key (ERASURE_KEY_FILE) in the console's environment.")
+        }
+        guard (body["confirm"] ?? "").trimmingCharacters(in: .whitespaces).lowercased() == customerId.lowercased() else {
+            throw Refusal(status: .badRequest, code: "confirmationMismatch", reason: "Type the customer id exactly to confirm the erasure.")
+        }
+        guard reason.utf8.count <= 200 else { throw Refusal(status: .badRequest, code: "reasonTooLong", reason: "The reason is at most 200 bytes.") }
+        let report = try await ErasureStore(client: actions.entitlements.client, logger: logger).erase(
+            ErasureRequest(subject: ErasureSubject(.customerId, customerId, bundleId: bundle), reason: reason, requestedBy: "console:" + session.email), key: key,
+            emitsEvents: actions.entitlements.emitsEvents)
+        try await store.audit(
+            operatorEmail: session.email, action: "erase", reason: reason, bundleId: bundle, originalTransactionId: nil,
+            detail: JSONObject(["requestId": .string(report.requestId), "subscriptions": .number(JSONNumber(Int64(report.subscriptions)))]))
+        metrics.action("erase", outcome: "ok")
+        logger.notice("console erasure", metadata: ["operator": "\(session.email)", "request_id": "\(report.requestId)"])
+        let counts = report.counts.filter { $0.value > 0 }.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        return html("Erased", "erased", ["requestId": report.requestId, "bundle": bundle, "counts": counts.isEmpty ? "nothing was stored" : counts], session)
+    }
+}
+
 /// What the console's actions write besides the audit: records on the notifications topic, which the workers verify
 /// and apply like every other record.
 struct ConsoleActions: Sendable {
@@ -74,6 +104,8 @@ struct ConsoleActions: Sendable {
     let topic: String
     let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
     let entitlements: EntitlementStore
+    /// `ERASURE_KEY_FILE`: without it the erase action is not offered.
+    var erasureKey: ErasureKey? { entitlements.erasureKey }
     let logger: Logger
 
     var canReconcile: Bool { !appStore.isEmpty }

@@ -55,6 +55,9 @@ struct ConsolePages: Sendable {
         page(router, .get, "/apps/{bundleId}/customers/{customerId}", "customer") { request, context, session in
             try await customerPage(request, bundle: try context.parameters.require("bundleId"), customerId: try context.parameters.require("customerId"), session)
         }
+        page(router, .post, "/apps/{bundleId}/customers/{customerId}/erase", "erase") { request, context, session in
+            try await erase(request, bundle: try context.parameters.require("bundleId"), customerId: try context.parameters.require("customerId"), session)
+        }
         page(router, .get, "/notifications/{uuid}", "notification") { _, context, session in
             try await notificationPage(uuid: try context.parameters.require("uuid"), session)
         }
@@ -241,6 +244,8 @@ struct ConsolePages: Sendable {
         var values: [String: Any] = [
             "customerId": customerId, "bundle": bundle,
             "subscriptions": subscriptions.map { ["id": $0, "path": ConsolePaths.subscription(bundle: bundle, id: $0)] },
+            "mayErase": session.role == .admin && actions.erasureKey != nil,
+            "erasePath": ConsolePaths.customer(bundle: bundle, customerId: customerId) + "/erase",
         ]
         try await addTimeline(to: &values, request, bundle: bundle, subscriptions: subscriptions, path: ConsolePaths.customer(bundle: bundle, customerId: customerId))
         return html("Customer \(customerId)", "customer", values, session)

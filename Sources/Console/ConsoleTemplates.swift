@@ -72,6 +72,14 @@ enum ConsoleTemplates {
             <h1>Customer {{customerId}} <small>{{bundle}}</small></h1>
             <section><h2>Subscriptions</h2>{{^subscriptions}}<p class="empty">No subscription of this customer.</p>{{/subscriptions}}
             <ul>{{#subscriptions}}<li><a href="{{path}}">{{id}}</a></li>{{/subscriptions}}</ul></section>
+            {{#mayErase}}<section><h2>Erase this customer</h2>
+            <form method="post" action="{{erasePath}}" class="card danger" id="erase"><input type="hidden" name="csrf" value="{{csrf}}">
+            <p>Deletes everything the pipeline keeps about this customer (subscriptions, transactions, archived notifications, events,
+            webhook deliveries, dead letters) and keeps them erased through replays; backends get <code>customer.erased</code>. It cannot be undone.</p>
+            <label>Reason (required, kept with the erasure; no personal data) <input name="reason" required maxlength="200"></label>
+            <label>Type the customer id to confirm <input name="confirm" required autocomplete="off"></label>
+            <button name="action" value="erase">Erase the customer</button>
+            </form></section>{{/mayErase}}
             {{> timeline}}
             """,
         "timeline": """
@@ -94,6 +102,11 @@ enum ConsoleTemplates {
             {{^rows}}<p class="empty">Nothing happened to these subscriptions yet.</p>{{/rows}}
             {{#nextPath}}<p><a class="more" href="{{nextPath}}">Older</a></p>{{/nextPath}}
             </section>
+            """,
+        "erased": """
+            <h1>Customer erased <small>{{bundle}}</small></h1>
+            <section class="card"><p class="acted">Erasure <code data-request-id="{{requestId}}">{{requestId}}</code> completed: {{counts}}.</p>
+            <p>Backends that receive events get <code>customer.erased</code> with this request id. <code>pipelinectl customers erasure --request-id {{requestId}}</code> shows it again.</p></section>
             """,
         "notification": """
             <h1>Notification {{uuid}}</h1>

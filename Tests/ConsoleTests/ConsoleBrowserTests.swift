@@ -16,7 +16,10 @@ struct ConsoleBrowserTests: ProcessSuite {
 
     @Test("sign-in, search, timelines with outcomes and deliveries, escaped dead letters, a re-drive in the audit; viewers and forged forms refused")
     func browser() async throws {
-        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("erasure-\(UUID().uuidString).key").path
+        try Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) }).write(toFile: keyFile, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: keyFile) }
+        let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: ["ERASURE_KEY_FILE": keyFile])
         try await scene.startIngest()
         let minter = scene.fixture.minter
         // Three subscriptions' lifecycles; of each, the second event is delivered twice (a duplicate) and the third
@@ -76,6 +79,10 @@ struct ConsoleBrowserTests: ProcessSuite {
 
         let support = try await operatorAccount(scene, "support@example.com", role: "support")
         let viewer = try await operatorAccount(scene, "viewer@example.com", role: "viewer")
+        let admin = try await operatorAccount(scene, "admin@example.com", role: "admin")
+        // The customer the admin erases: the last subscription's (neither the reconcile's nor the re-drive's target).
+        let erasedSubscription = try #require(bySubscription.keys.sorted().last)
+        let erasedCustomer = try #require(bySubscription[erasedSubscription]?.first?.appAccountToken)
         let port = TestServices.freePort()
         let console = try await ChildProcess.start(
             binary: repositoryRoot.appendingPathComponent(".build/debug/console").path,
@@ -83,6 +90,7 @@ struct ConsoleBrowserTests: ProcessSuite {
                 "KAFKA_BOOTSTRAP_SERVERS": scene.fixture.bootstrap, "NOTIFICATIONS_TOPIC": scene.fixture.topic, "POSTGRES_URL": scene.database,
                 "APPS": WorkerProcessFixture.apps, "TRUSTED_ROOTS": scene.fixture.rootFile, "CONSOLE_HOST": "127.0.0.1", "CONSOLE_PORT": String(port),
                 "CONSOLE_OPS_PORT": String(TestServices.freePort()), "CONSOLE_ALLOW_HTTP": "true", "CONSOLE_LOGIN_ATTEMPTS": "5",
+                "ERASURE_KEY_FILE": keyFile,
             ]) { _, new in new },
             logFile: scene.fixture.directory + "/console.log", listeningOn: port)
 
@@ -93,6 +101,8 @@ struct ConsoleBrowserTests: ProcessSuite {
             "url": "http://127.0.0.1:\(port)",
             "support": ["email": "support@example.com", "password": support],
             "viewer": ["email": "viewer@example.com", "password": viewer],
+            "admin": ["email": "admin@example.com", "password": admin],
+            "eraseCustomer": erasedCustomer,
             "bundleId": minter.bundleId,
             "subscriptions": expected.map { ["id": $0.key, "rows": $0.value] },
             "searches": [
@@ -118,6 +128,11 @@ struct ConsoleBrowserTests: ProcessSuite {
         let snapshots = try await scene.query(
             "SELECT count(*)::int FROM notification_archive WHERE original_transaction_id = '\(target)' AND notification_type = 'STATUS_SNAPSHOT'", as: Int.self)
         #expect((snapshots.first ?? 0) >= 1)
+        // The admin's erasure: nothing of that customer's subscription left in any table; the audit names the request only.
+        let erasedIds = [erasedSubscription, erasedCustomer] + (bySubscription[erasedSubscription] ?? []).map(\.transactionId)
+        let left = try await TestDatabase.with(scene.database) { try await DatabaseScan.mentions(of: erasedIds, in: $0) }
+        #expect(left.isEmpty, "the erased customer remains in \(left)")
+        #expect(try await scene.query("SELECT count(*)::int FROM console_audit WHERE action = 'erase' AND detail ? 'requestId'", as: Int.self).first == 1)
         await ChildProcess.terminate(console)
         await scene.finish()
     }
