@@ -43,6 +43,9 @@ public struct OperationsConfiguration: Sendable {
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
         // pipelinectl webhooks (WebhooksConfiguration.toolSettings).
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_TIMEOUT_MS",
+        // pipelinectl customers (the erasure key) and retention (RetentionPolicy's variables).
+        "ERASURE_KEY_FILE", "ERASURE_KEY", "ARCHIVE_RETENTION_DAYS", "DEAD_LETTER_RECORD_RETENTION_DAYS", "PURCHASE_CLAIM_RETENTION_DAYS",
+        "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS",
     ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {

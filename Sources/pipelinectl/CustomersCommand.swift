@@ -9,7 +9,7 @@ import ServiceRuntime
 /// (docs/privacy.md) and read erasures back.
 struct CustomersCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "customers", abstract: "Erase a customer (GDPR, CCPA) and read erasures back.", subcommands: [Erase.self, Erasure.self, Erasures.self])
+        commandName: "customers", abstract: "Erase a customer (GDPR, CCPA) and read erasures back.", subcommands: [Erase.self, Erasure.self, Erasures.self, ErasureKeyFile.self])
 
     struct Erase: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -100,6 +100,47 @@ struct CustomersCommand: AsyncParsableCommand {
             } else {
                 for report in reports { printReport(report, json: false) }
             }
+        }
+    }
+}
+
+extension CustomersCommand {
+    /// `pipelinectl customers erasure-key`: the key file every eraser and worker shares, created once.
+    struct ErasureKeyFile: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "erasure-key",
+            abstract: "Check the erasure key file (or create it once) and print its fingerprint.",
+            discussion: """
+                The fingerprint is public: it is stored beside every suppression entry, so a worker given another key
+                stops instead of missing them. Created keys are 32 random bytes as 64 hex digits, mode 0400. Never
+                replace a key while erasures are on record: their entries could no longer be checked.
+                """)
+
+        @Option(help: "The key file (default: $ERASURE_KEY_FILE).") var file: String?
+        @Flag(help: "Create the file with a new key when it does not exist (an existing one is kept).") var createIfMissing = false
+
+        func run() async throws {
+            guard let path = file ?? ProcessInfo.processInfo.environment["ERASURE_KEY_FILE"] else {
+                throw ValidationError("name the key file: --file or ERASURE_KEY_FILE")
+            }
+            var created = false
+            if !FileManager.default.fileExists(atPath: path) {
+                guard createIfMissing else { throw ToolFailure("\(UntrustedText.quoted(path, limit: 200)) does not exist (--create-if-missing makes one)") }
+                var bytes = [UInt8](repeating: 0, count: 32)
+                for index in bytes.indices { bytes[index] = UInt8.random(in: 0...255) }
+                guard FileManager.default.createFile(atPath: path, contents: Data((Hex.encode(bytes) + "\n").utf8), attributes: [.posixPermissions: 0o400]) else {
+                    throw ToolFailure("could not create \(UntrustedText.quoted(path, limit: 200))")
+                }
+                created = true
+            }
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { throw ToolFailure("\(UntrustedText.quoted(path, limit: 200)) cannot be read") }
+            let key: ErasureKey
+            do {
+                key = try ErasureKey(secret: text)
+            } catch {
+                throw ToolFailure("\(UntrustedText.quoted(path, limit: 200)): \(error)")
+            }
+            print("\(created ? "created" : "found") \(path): fingerprint \(key.id)")
         }
     }
 }
