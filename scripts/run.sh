@@ -88,7 +88,10 @@ for i in "${!worker_ports[@]}"; do
     port_free "${worker_ports[$i]}" || worker_ports[$i]=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 done
 
-log "pipelinectl migrate; pipelinectl topics ensure"
+log "pipelinectl migrate; pipelinectl topics ensure; the erasure key (docs/privacy.md)"
+# Made once per demo stack and read by every service that erases or applies records.
+"$bin/pipelinectl" customers erasure-key --file "$stack/erasure.key" --create-if-missing
+export ERASURE_KEY_FILE=$stack/erasure.key
 "$bin/pipelinectl" migrate
 "$bin/pipelinectl" topics ensure --partitions "$partitions" --replication-factor 1
 
@@ -309,6 +312,7 @@ cat <<EOF
   fake Apple    http://127.0.0.1:$apple_port   (App Store Server API; APPSTORE_* as exported above, key in $stack)
   logs          $stack/*.log
   events        $bin/pipelinectl events tail --follow     (topic appstore.entitlement-events.v1, docs/events.md)
+  erasure       $bin/pipelinectl customers erase --customer-id ID --bundle-id ${app%%:*} --reason R   (key $stack/erasure.key; docs/privacy.md)
   operate       eval "\$(scripts/services.sh env)"; $bin/pipelinectl --help     (lag, replay, dlq, entitlements, events, backfill, test-notification)
   stop          scripts/run.sh stop$( [[ -t 0 && -z ${RUN_DETACH:-} ]] && echo "   (or Ctrl-C here)")
 EOF
