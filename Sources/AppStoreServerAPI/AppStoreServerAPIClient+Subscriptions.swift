@@ -60,3 +60,54 @@ extension AppStoreServerAPIClient {
             bundleId: bundleId, family: .consumption, body: request.json)
     }
 }
+
+extension AppStoreServerAPIClient {
+    /// [Get Refund History](https://developer.apple.com/documentation/appstoreserverapi/get-refund-history) v2: one
+    /// page; `revision` from the previous page asks for the next.
+    public func refundHistory(bundleId: String, transactionId: String, revision: String?) async throws -> RefundHistoryResponse {
+        var path = "/inApps/v2/refund/lookup/" + Self.percentEncoded(transactionId)
+        if let revision { path += "?revision=" + Self.percentEncoded(revision) }
+        return try await call(
+            .GET, path, endpoint: "GET /inApps/v2/refund/lookup/{transactionId}", bundleId: bundleId, family: .transactionHistory, body: nil,
+            as: RefundHistoryResponse.self)
+    }
+
+    /// [Extend a Subscription Renewal Date](https://developer.apple.com/documentation/appstoreserverapi/extend-a-subscription-renewal-date).
+    /// The request is checked first; its `requestIdentifier` makes a retry apply once.
+    public func extendRenewalDate(bundleId: String, originalTransactionId: String, request: RenewalExtensionRequest) async throws -> ExtendRenewalDateResponse {
+        try request.validate()
+        var body = request
+        body.productId = nil
+        return try await call(
+            .PUT, "/inApps/v1/subscriptions/extend/" + Self.percentEncoded(originalTransactionId),
+            endpoint: "PUT /inApps/v1/subscriptions/extend/{originalTransactionId}", bundleId: bundleId, family: .consumption, body: body.json,
+            as: ExtendRenewalDateResponse.self)
+    }
+
+    /// [Extend Subscription Renewal Dates for All Active Subscribers](https://developer.apple.com/documentation/appstoreserverapi/extend-subscription-renewal-dates-for-all-active-subscribers).
+    public func massExtendRenewalDate(bundleId: String, request: RenewalExtensionRequest) async throws -> MassExtendRenewalDateResponse {
+        try request.validate()
+        guard request.productId != nil else { throw RenewalExtensionRefusal(rule: "a mass extension names its productId") }
+        return try await call(
+            .POST, "/inApps/v1/subscriptions/extend/mass", endpoint: "POST /inApps/v1/subscriptions/extend/mass", bundleId: bundleId, family: .consumption,
+            body: request.json, as: MassExtendRenewalDateResponse.self)
+    }
+
+    /// [Get Status of Subscription Renewal Date Extensions](https://developer.apple.com/documentation/appstoreserverapi/get-status-of-subscription-renewal-date-extensions).
+    public func massExtensionStatus(bundleId: String, productId: String, requestIdentifier: String) async throws -> MassExtendRenewalDateStatusResponse {
+        try await call(
+            .GET, "/inApps/v1/subscriptions/extend/mass/" + Self.percentEncoded(productId) + "/" + Self.percentEncoded(requestIdentifier),
+            endpoint: "GET /inApps/v1/subscriptions/extend/mass/{productId}/{requestIdentifier}", bundleId: bundleId, family: .subscriptionStatus, body: nil,
+            as: MassExtendRenewalDateStatusResponse.self)
+    }
+
+    /// [Get App Transaction Info](https://developer.apple.com/documentation/appstoreserverapi/get-app-transaction-info):
+    /// the signed app transaction (verify it like every JWS).
+    public func appTransactionInfo(bundleId: String, transactionId: String) async throws -> String {
+        try await call(
+            .GET, "/inApps/v1/transactions/appTransactions/" + Self.percentEncoded(transactionId),
+            endpoint: "GET /inApps/v1/transactions/appTransactions/{transactionId}", bundleId: bundleId, family: .subscriptionStatus, body: nil,
+            as: AppTransactionInfoResponse.self
+        ).signedAppTransactionInfo
+    }
+}
