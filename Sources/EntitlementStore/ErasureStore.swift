@@ -246,6 +246,9 @@ public struct ErasureStore: Sendable {
             DELETE FROM customer_transfers WHERE bundle_id = \(bundleId) AND (original_transaction_id = ANY(\(otids)::text[])
                 OR lower(from_customer_id) = ANY(\(customers)::text[]) OR lower(to_customer_id) = ANY(\(customers)::text[])) RETURNING 1
             """)
+        try await delete("renewal_extensions", """
+            DELETE FROM renewal_extensions WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[]) RETURNING 1
+            """)
         try await delete("dead_lettered_records", """
             DELETE FROM dead_lettered_records WHERE original_transaction_id = ANY(\(otids)::text[]) OR notification_uuid = ANY(\(uuids)::text[]) RETURNING 1
             """)

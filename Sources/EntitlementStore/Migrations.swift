@@ -551,5 +551,6 @@ public enum Migrations {
         console,
         tracing,
         erasure,
+        extensions,
     ]
 }

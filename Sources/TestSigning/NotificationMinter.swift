@@ -196,18 +196,22 @@ public struct NotificationMinter: Sendable {
     /// A RESCIND_CONSENT notification (a parent or guardian withdrew consent): `appData` with the app transaction
     /// `appTransactionId`, no `data`, as Apple's documentation shows it.
     public func signedRescindConsent(notificationUUID: String, signedDate: Int64, appTransactionId: String) -> String {
-        let appTransaction = JSONObject([
-            "receiptType": .string(environment.rawValue), "appAppleId": number(appAppleId), "bundleId": .string(bundleId),
-            "applicationVersion": .string("1"), "receiptCreationDate": number(signedDate), "originalPurchaseDate": number(signedDate - 86_400_000),
-            "originalApplicationVersion": .string("1"), "appTransactionId": .string(appTransactionId), "originalPlatform": .string("iOS"),
-        ])
-        return chain.sign(JSONObject([
+        chain.sign(JSONObject([
             "notificationType": .string("RESCIND_CONSENT"), "notificationUUID": .string(notificationUUID), "version": .string("2.0"),
             "signedDate": number(signedDate),
             "appData": .object(JSONObject([
                 "appAppleId": number(appAppleId), "bundleId": .string(bundleId), "environment": .string(environment.rawValue),
-                "signedAppTransactionInfo": .string(chain.sign(appTransaction)),
+                "signedAppTransactionInfo": .string(signedAppTransaction(appTransactionId: appTransactionId, signedDate: signedDate)),
             ])),
+        ]))
+    }
+
+    /// A signed app transaction (`JWSAppTransactionDecodedPayload`), as Get App Transaction Info and `appData` carry it.
+    public func signedAppTransaction(appTransactionId: String, signedDate: Int64) -> String {
+        chain.sign(JSONObject([
+            "receiptType": .string(environment.rawValue), "appAppleId": number(appAppleId), "bundleId": .string(bundleId),
+            "applicationVersion": .string("1"), "receiptCreationDate": number(signedDate), "originalPurchaseDate": number(signedDate - 86_400_000),
+            "originalApplicationVersion": .string("1"), "appTransactionId": .string(appTransactionId), "originalPlatform": .string("iOS"),
         ]))
     }
 

@@ -97,6 +97,16 @@ public final class FakeAppStoreServerAPI: Sendable {
         var familyShared: Set<String> = []
         /// Orders: order id → signed transactions (Look Up Order ID).
         var orders: [String: [String]] = [:]
+        /// Refunded transactions by any transaction id of the customer, most recent first (Get Refund History).
+        var refunds: [String: [String]] = [:]
+        /// Renewal-date extensions: every request body received, Apple's refusal per originalTransactionId, the answer
+        /// per request identifier (a retry gets the first answer), mass extensions' status by request identifier.
+        var extensionBodies: [(path: String, body: JSONObject)] = []
+        var extensionRefusals: [String: (status: Int, code: Int64, message: String)] = [:]
+        var extensionAnswers: [String: JSONObject] = [:]
+        var massExtensions: [String: JSONObject] = [:]
+        /// App transactions by any transaction id of the customer (Get App Transaction Info).
+        var appTransactions: [String: String] = [:]
     }
 
     /// What Apple knows of one subscription: its current status and every signed transaction, oldest first.
@@ -148,6 +158,13 @@ public final class FakeAppStoreServerAPI: Sendable {
         router.put("/inApps/v2/transactions/consumption/:id") { request, context in try await self.consumption(request, id: context.parameters.get("id") ?? "") }
         router.put("/inApps/v1/transactions/:id/appAccountToken") { request, context in try await self.setAppAccountToken(request, id: context.parameters.get("id") ?? "") }
         router.get("/inApps/v1/lookup/:orderId") { request, context in try await self.lookUpOrder(request, orderId: context.parameters.get("orderId") ?? "") }
+        router.get("/inApps/v2/refund/lookup/:id") { request, context in try await self.refundHistory(request, id: context.parameters.get("id") ?? "") }
+        router.put("/inApps/v1/subscriptions/extend/:id") { request, context in try await self.extend(request, id: context.parameters.get("id") ?? "") }
+        router.post("/inApps/v1/subscriptions/extend/mass") { request, _ in try await self.massExtend(request) }
+        router.get("/inApps/v1/subscriptions/extend/mass/:product/:rid") { request, context in
+            try await self.massExtensionStatus(request, requestIdentifier: context.parameters.get("rid") ?? "")
+        }
+        router.get("/inApps/v1/transactions/appTransactions/:id") { request, context in try await self.appTransaction(request, id: context.parameters.get("id") ?? "") }
         let server = try await LoopbackServer.start(router, name: "fake-appstore-api", host: host, port: requestedPort, logger: logger)
         self.server.withLock { $0 = server }
         return server.port
@@ -172,6 +189,34 @@ public final class FakeAppStoreServerAPI: Sendable {
 
     /// Sets (or moves on) Apple's truth for a subscription: its status, latest signed transaction and renewal info,
     /// and its whole history; every transaction id in the history then finds it.
+    /// Apple's refund history for `ids` (any transaction id of the customer): `signed`, most recent first.
+    public func setRefunds(_ signed: [String], for ids: [String]) {
+        state.withLock { state in for id in ids { state.refunds[id] = signed } }
+    }
+
+    /// Apple refuses extending `originalTransactionId` with `code` (e.g. 4030004 SubscriptionExtensionIneligibleError).
+    public func refuseExtension(of originalTransactionId: String, status: Int = 400, code: Int64, message: String) {
+        state.withLock { $0.extensionRefusals[originalTransactionId] = (status, code, message) }
+    }
+
+    /// The bodies of the extension requests received (single and mass), in order.
+    public var extensionRequests: [(path: String, body: JSONObject)] { state.withLock { $0.extensionBodies } }
+
+    /// A mass extension finished: `extend status` then reports it.
+    public func completeMassExtension(_ requestIdentifier: String, succeeded: Int64, failed: Int64, at date: Int64) {
+        state.withLock { state in
+            state.massExtensions[requestIdentifier]?["complete"] = .bool(true)
+            state.massExtensions[requestIdentifier]?["completeDate"] = .number(JSONNumber(date))
+            state.massExtensions[requestIdentifier]?["succeededCount"] = .number(JSONNumber(succeeded))
+            state.massExtensions[requestIdentifier]?["failedCount"] = .number(JSONNumber(failed))
+        }
+    }
+
+    /// Apple's app transaction for `ids` (any transaction id of the customer).
+    public func setAppTransaction(_ signed: String, for ids: [String]) {
+        state.withLock { state in for id in ids { state.appTransactions[id] = signed } }
+    }
+
     public func setSubscription(_ subscription: Subscription) {
         let ids = subscription.history.compactMap { UnverifiedPeek.payload(of: $0)?["transactionId"]?.stringValue }
         state.withLock { state in
@@ -414,6 +459,93 @@ public final class FakeAppStoreServerAPI: Sendable {
             }
             let signed = subscription.history.first { UnverifiedPeek.payload(of: $0)?["transactionId"]?.stringValue == id } ?? subscription.signedTransactionInfo
             return Self.json(.ok, JSONObject(["signedTransactionInfo": .string(signed)]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func refundHistory(_ request: Request, id: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let start = request.uri.queryParameters.get("revision").flatMap { Int($0.dropFirst("rev-".count)) } ?? 0
+        let answer: Response = state.withLock { state in
+            guard let all = state.refunds[id] else { return Self.appleError(.notFound, 4_040_010, "Transaction id not found.") }
+            let page = Array(all.dropFirst(start).prefix(state.configuration.pageSize))
+            let next = start + page.count
+            return Self.json(.ok, JSONObject([
+                "signedTransactions": .array(page.map { .string($0) }), "revision": .string("rev-\(next)"), "hasMore": .bool(next < all.count),
+            ]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func extend(_ request: Request, id: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let body = (try? StrictJSONParser().parseObject(Array(buffer: try await request.body.collect(upTo: 1 << 16)))) ?? JSONObject()
+        let answer: Response = state.withLock { state in
+            state.extensionBodies.append((request.uri.path, body))
+            guard let days = body["extendByDays"]?.int64Value, (1...90).contains(days) else {
+                return Self.appleError(.badRequest, 4_000_009, "Invalid extend by days value.")
+            }
+            guard let reason = body["extendReasonCode"]?.int64Value, (0...3).contains(reason) else {
+                return Self.appleError(.badRequest, 4_000_010, "Invalid extend reason code.")
+            }
+            guard let requestIdentifier = body["requestIdentifier"]?.stringValue, !requestIdentifier.isEmpty else {
+                return Self.appleError(.badRequest, 4_000_011, "Invalid request identifier.")
+            }
+            if let refusal = state.extensionRefusals[id] {
+                return Self.appleError(HTTPResponse.Status(code: refusal.status), refusal.code, refusal.message)
+            }
+            if state.familyShared.contains(id) { return Self.appleError(.badRequest, 4_030_007, "Family shared subscription extension ineligible.") }
+            guard state.subscriptions[id] != nil || state.transactionOwners[id] != nil else {
+                return Self.appleError(.notFound, 4_040_005, "Original transaction id not found.")
+            }
+            let answer = state.extensionAnswers[requestIdentifier] ?? JSONObject([
+                "originalTransactionId": .string(id), "webOrderLineItemId": .string("9" + id), "success": .bool(true),
+                "effectiveDate": .number(JSONNumber(Int64(Date().timeIntervalSince1970 * 1000) + days * 86_400_000)),
+            ])
+            state.extensionAnswers[requestIdentifier] = answer
+            return Self.json(.ok, answer)
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func massExtend(_ request: Request) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let body = (try? StrictJSONParser().parseObject(Array(buffer: try await request.body.collect(upTo: 1 << 16)))) ?? JSONObject()
+        let answer: Response = state.withLock { state in
+            state.extensionBodies.append((request.uri.path, body))
+            guard let requestIdentifier = body["requestIdentifier"]?.stringValue, !requestIdentifier.isEmpty, body["productId"]?.stringValue != nil else {
+                return Self.appleError(.badRequest, 4_000_011, "Invalid request identifier.")
+            }
+            if state.massExtensions[requestIdentifier] == nil {
+                state.massExtensions[requestIdentifier] = JSONObject([
+                    "requestIdentifier": .string(requestIdentifier), "complete": .bool(false), "succeededCount": .number(JSONNumber(Int64(0))),
+                    "failedCount": .number(JSONNumber(Int64(0))),
+                ])
+            }
+            return Self.json(.ok, JSONObject(["requestIdentifier": .string(requestIdentifier)]))
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func massExtensionStatus(_ request: Request, requestIdentifier: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let answer: Response = state.withLock { state in
+            guard let status = state.massExtensions[requestIdentifier] else { return Self.appleError(.notFound, 4_040_009, "Invalid request identifier.") }
+            return Self.json(.ok, status)
+        }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
+    func appTransaction(_ request: Request, id: String) async throws -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let answer: Response = state.withLock { state in
+            guard let signed = state.appTransactions[id] else { return Self.appleError(.notFound, 4_040_010, "Transaction id not found.") }
+            return Self.json(.ok, JSONObject(["signedAppTransactionInfo": .string(signed)]))
         }
         log(request, status: Int(answer.status.code))
         return answer
