@@ -15,6 +15,20 @@ public enum UnverifiedPeek {
         {
             return originalTransactionId
         }
+        // Without a transaction: what the notification is about, so notifications about one thing share a partition
+        // (and keep their order): the app transaction (RESCIND_CONSENT's appData), the mass extension (a
+        // RENEWAL_EXTENSION SUMMARY), the external purchase token.
+        if let nested = payload["appData"]?.objectValue?["signedAppTransactionInfo"]?.stringValue,
+            let appTransactionId = self.payload(of: nested)?["appTransactionId"]?.stringValue, isPlausibleKey(appTransactionId)
+        {
+            return appTransactionId
+        }
+        if let requestIdentifier = payload["summary"]?.objectValue?["requestIdentifier"]?.stringValue, isPlausibleKey(requestIdentifier) {
+            return requestIdentifier
+        }
+        if let externalPurchaseId = payload["externalPurchaseToken"]?.objectValue?["externalPurchaseId"]?.stringValue, isPlausibleKey(externalPurchaseId) {
+            return externalPurchaseId
+        }
         if let uuid = payload["notificationUUID"]?.stringValue, isPlausibleKey(uuid) { return uuid }
         return nil
     }

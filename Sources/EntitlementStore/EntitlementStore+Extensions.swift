@@ -113,3 +113,29 @@ extension EntitlementStore {
         return nil
     }
 }
+
+extension EntitlementStore {
+    /// A RENEWAL_EXTENSION SUMMARY (Apple's end of a mass extension: no `data`, a `summary`) completes its request's
+    /// row in the batch transaction, so `pipelinectl extend status` shows it without asking Apple again. A summary
+    /// for a request this pipeline did not make (another tool's) is archived and nothing else.
+    func recordExtensionSummaries(_ firstSeen: [StoredNotification], on connection: PostgresConnection) async throws {
+        for record in firstSeen where record.verified.payload.rawNotificationType == "RENEWAL_EXTENSION" && record.verified.payload.rawSubtype == "SUMMARY" {
+            guard let summary = record.verified.payload.summary, let requestIdentifier = summary.requestIdentifier else { continue }
+            try await connection.query(
+                """
+                UPDATE renewal_extensions SET complete = true, complete_date = \(record.verified.signedDate.date), succeeded_count = \(summary.succeededCount),
+                    failed_count = \(summary.failedCount), outcome = 'succeeded', summary_notification_uuid = \(record.deduplicationKey)
+                WHERE request_identifier = \(requestIdentifier) AND bundle_id = \(record.verified.bundleId)
+                """,
+                logger: logger)
+        }
+    }
+
+    /// Whether Apple's RENEWAL_EXTENSION SUMMARY of a mass extension has been received.
+    public func extensionSummaryReceived(requestIdentifier: String) async throws -> Bool {
+        let rows = try await client.query(
+            "SELECT summary_notification_uuid IS NOT NULL FROM renewal_extensions WHERE request_identifier = \(requestIdentifier)", logger: logger)
+        for try await received in rows.decode(Bool.self) { return received }
+        return false
+    }
+}

@@ -259,6 +259,7 @@ public struct EntitlementStore: Sendable {
         guard !firstSeen.isEmpty else { return outcome }
         let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
         try await queueConsentErasures(firstSeen, on: connection)
+        try await recordExtensionSummaries(firstSeen, on: connection)
         let events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
         if !events.isEmpty {
             var traceparents: [String: String] = [:]

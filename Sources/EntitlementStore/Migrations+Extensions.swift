@@ -21,6 +21,7 @@ extension Migrations {
             complete_date timestamptz,
             succeeded_count bigint,
             failed_count bigint,
+            summary_notification_uuid text,
             CHECK ((original_transaction_id IS NULL) <> (product_id IS NULL))
         )
         """,

@@ -206,6 +206,21 @@ public struct NotificationMinter: Sendable {
         ]))
     }
 
+    /// RENEWAL_EXTENSION / SUMMARY: the end of a mass extension, a `summary` instead of `data`, as Apple's documentation shows it.
+    public func signedRenewalExtensionSummary(
+        notificationUUID: String, signedDate: Int64, requestIdentifier: String, productId: String, storefronts: [String], succeeded: Int64, failed: Int64
+    ) -> String {
+        chain.sign(JSONObject([
+            "notificationType": .string("RENEWAL_EXTENSION"), "subtype": .string("SUMMARY"), "notificationUUID": .string(notificationUUID),
+            "version": .string("2.0"), "signedDate": number(signedDate),
+            "summary": .object(JSONObject([
+                "requestIdentifier": .string(requestIdentifier), "environment": .string(environment.rawValue), "appAppleId": number(appAppleId),
+                "bundleId": .string(bundleId), "productId": .string(productId), "storefrontCountryCodes": .array(storefronts.map { .string($0) }),
+                "failedCount": number(failed), "succeededCount": number(succeeded),
+            ])),
+        ]))
+    }
+
     /// A signed app transaction (`JWSAppTransactionDecodedPayload`), as Get App Transaction Info and `appData` carry it.
     public func signedAppTransaction(appTransactionId: String, signedDate: Int64) -> String {
         chain.sign(JSONObject([

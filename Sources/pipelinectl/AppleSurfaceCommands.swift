@@ -197,20 +197,25 @@ struct ExtendCommand: AsyncParsableCommand {
 
         func run() async throws {
             let (bundleId, productId, requestId) = (appStore.bundleId, productId, requestId)
-            let status = try await withPullServices(appStore: appStore, connection: connection) { api, _, store in
+            let (status, summaryReceived) = try await withPullServices(appStore: appStore, connection: connection) { api, _, store in
                 let status = try await api.massExtensionStatus(bundleId: bundleId, productId: productId, requestIdentifier: requestId)
-                try await store.recordMassExtensionStatus(
-                    requestIdentifier: requestId, complete: status.complete ?? false, completeDate: status.completeDate?.date, succeeded: status.succeededCount,
-                    failed: status.failedCount)
-                return status
+                let summaryReceived = try await store.extensionSummaryReceived(requestIdentifier: requestId)
+                // Apple's SUMMARY notification, once received, has already completed the row: an answer can only agree.
+                if !summaryReceived {
+                    try await store.recordMassExtensionStatus(
+                        requestIdentifier: requestId, complete: status.complete ?? false, completeDate: status.completeDate?.date, succeeded: status.succeededCount,
+                        failed: status.failedCount)
+                }
+                return (status, summaryReceived)
             }
             if json {
                 printJSON(.object(JSONObject([
                     "requestIdentifier": .string(requestId), "productId": .string(productId), "complete": .bool(status.complete ?? false),
                     "completeDate": jsonValue(status.completeDate), "succeededCount": jsonValue(status.succeededCount), "failedCount": jsonValue(status.failedCount),
+                    "summaryNotificationReceived": .bool(summaryReceived),
                 ])))
             } else {
-                print("\(requestId) (\(productId)): \(status.complete == true ? "complete \(status.completeDate?.description ?? "")" : "in progress"), \(status.succeededCount ?? 0) extended, \(status.failedCount ?? 0) failed")
+                print("\(requestId) (\(productId)): \(status.complete == true ? "complete \(status.completeDate?.description ?? "")" : "in progress"), \(status.succeededCount ?? 0) extended, \(status.failedCount ?? 0) failed\(summaryReceived ? "; Apple's RENEWAL_EXTENSION SUMMARY received" : "")")
             }
         }
     }

@@ -116,11 +116,36 @@ struct AppleSurfaceProcessTests: ProcessSuite {
         #expect(massBody.body["storefrontCountryCodes"] == .array([.string("USA"), .string("FRA")]))
         let pending = try await scene.run(["extend", "status"] + Self.app + ["--product-id", x.productId, "--request-id", requestId, "--json"], extra: fast)
         let pendingStatus = try json(pending.output)
-        #expect(pending.status == 0 && pendingStatus["complete"] == .bool(false), "\(pending.output)")
+        #expect(pending.status == 0 && pendingStatus["complete"] == .bool(false) && pendingStatus["summaryNotificationReceived"] == .bool(false), "\(pending.output)")
+        // Apple's RENEWAL_EXTENDED for one subscriber (expiry moved), a FAILURE for another, and the SUMMARY at the end.
+        var renewalExtended = y
+        renewalExtended.notificationType = "RENEWAL_EXTENDED"
+        renewalExtended.subtype = nil
+        renewalExtended.notificationUUID = UUID().uuidString.lowercased()
+        renewalExtended.signedDate = now + 1_000
+        renewalExtended.expiresDate = y.expiresDate + 10 * 86_400_000
+        var failure = z
+        failure.notificationType = "RENEWAL_EXTENSION"
+        failure.subtype = "FAILURE"
+        failure.notificationUUID = UUID().uuidString.lowercased()
+        failure.signedDate = now + 1_000
+        let summary = minter.signedRenewalExtensionSummary(
+            notificationUUID: UUID().uuidString.lowercased(), signedDate: now + 2_000, requestIdentifier: requestId, productId: x.productId, storefronts: ["USA", "FRA"],
+            succeeded: 41, failed: 2)
+        for signed in [minter.signedNotification(renewalExtended), minter.signedNotification(failure), summary] {
+            #expect(await scene.deliver(signed) == .success)
+        }
+        #expect(try await TestDatabase.waitForLedger(scene.database, count: 2 + 25 + 1 + 1 + 3), "\(scene.fixture.logTail())")
+        #expect(try await scene.fixture.waitForLag(group: scene.group))
+        let moved = try await scene.query(
+            "SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM entitlements WHERE original_transaction_id = '\(y.originalTransactionId)'", as: Int64.self)
+        #expect(moved == [renewalExtended.expiresDate], "RENEWAL_EXTENDED moved the expiry")
+        #expect(try await scene.query("SELECT count(*)::int FROM notification_archive WHERE notification_type = 'RENEWAL_EXTENSION'", as: Int.self).first == 2)
         scene.apple.fake.completeMassExtension(requestId, succeeded: 41, failed: 2, at: now)
         let done = try await scene.run(["extend", "status"] + Self.app + ["--product-id", x.productId, "--request-id", requestId, "--json"], extra: fast)
         let status = try json(done.output)
         #expect(status["complete"] == .bool(true) && status["succeededCount"]?.int64Value == 41 && status["failedCount"]?.int64Value == 2, "\(done.output)")
+        #expect(status["summaryNotificationReceived"] == .bool(true), "Apple's SUMMARY completed the request's row")
         #expect(try await scene.query("SELECT succeeded_count::int FROM renewal_extensions WHERE request_identifier = '\(requestId)'", as: Int.self) == [41])
 
         // App transaction: verified; one signed by another authority is refused.
