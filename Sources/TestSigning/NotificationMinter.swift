@@ -62,6 +62,8 @@ public struct NotificationMinter: Sendable {
         public var billingPlanType: String?
         /// The transaction's `commitmentInfo` (with `billingPlanType`).
         public var commitmentInfo: JSONObject?
+        /// Fields added to the renewal info as they are (its `commitmentInfo`, `advancedCommerceInfo`, `renewalBillingPlanType`).
+        public var renewalExtras: JSONObject?
 
         public init(
             notificationType: String, subtype: String? = nil, notificationUUID: String, signedDate: Int64,
@@ -161,6 +163,7 @@ public struct NotificationMinter: Sendable {
         if event.appAccountToken.isEmpty { renewal["appAccountToken"] = nil }
         if let grace = event.gracePeriodExpiresDate { renewal["gracePeriodExpiresDate"] = number(grace) }
         if event.autoRenewStatus == 0 { renewal["expirationIntent"] = number(1) }
+        for member in event.renewalExtras ?? JSONObject() { renewal[member.key] = member.value }
         return renewal
     }
 

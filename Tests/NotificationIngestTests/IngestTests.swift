@@ -65,7 +65,15 @@ struct IngestTests {
             if response.status == 200, let signedPayload {
                 // The key the vector's own decoded content implies (accepts); forged ones are only checked as bytes.
                 let decoded = vector["decoded"]?.objectValue
-                let key = decoded.flatMap { $0["transactionInfo"]?.objectValue?["originalTransactionId"]?.stringValue ?? $0["payload"]?.objectValue?["notificationUUID"]?.stringValue }
+                // Without a transaction: the app transaction (appData), the mass extension (summary), the external token.
+                let payload = decoded?["payload"]?.objectValue
+                let key = decoded.flatMap {
+                    $0["transactionInfo"]?.objectValue?["originalTransactionId"]?.stringValue
+                        ?? $0["appTransactionInfo"]?.objectValue?["appTransactionId"]?.stringValue
+                        ?? payload?["summary"]?.objectValue?["requestIdentifier"]?.stringValue
+                        ?? payload?["externalPurchaseToken"]?.objectValue?["externalPurchaseId"]?.stringValue
+                        ?? payload?["notificationUUID"]?.stringValue
+                }
                 accepted[signedPayload] = key
             }
         }
@@ -289,5 +297,16 @@ struct IngestConfigurationTests {
         #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(odd)) == event.notificationUUID)
         odd.notificationUUID = String(repeating: "u", count: 200)
         #expect(UnverifiedPeek.partitionKey(ofNotification: minter.signedNotification(odd)) == nil)
+        // Without a transaction, what the notification is about: the app transaction, the mass extension, the token.
+        let consent = minter.signedRescindConsent(notificationUUID: "u-1", signedDate: 1_780_000_000_000, appTransactionId: "704100000001")
+        #expect(UnverifiedPeek.partitionKey(ofNotification: consent) == "704100000001")
+        let summary = minter.signedRenewalExtensionSummary(
+            notificationUUID: "u-2", signedDate: 1_780_000_000_000, requestIdentifier: "mass-1", productId: "p", storefronts: [], succeeded: 1, failed: 0)
+        #expect(UnverifiedPeek.partitionKey(ofNotification: summary) == "mass-1")
+        let token = minter.chain.sign(JSONObject([
+            "notificationType": .string("EXTERNAL_PURCHASE_TOKEN"), "subtype": .string("UNREPORTED"), "notificationUUID": .string("u-3"),
+            "externalPurchaseToken": .object(JSONObject(["externalPurchaseId": .string("ext-42"), "bundleId": .string(minter.bundleId)])),
+        ]))
+        #expect(UnverifiedPeek.partitionKey(ofNotification: token) == "ext-42")
     }
 }

@@ -39,6 +39,15 @@ extension VerifiedNotification {
             check("renewalInfo.offerType", r.rawOfferType, r.offerType)
             check("renewalInfo.offerDiscountType", r.rawOfferDiscountType, r.offerDiscountType)
             check("renewalInfo.renewalBillingPlanType", r.rawRenewalBillingPlanType, r.renewalBillingPlanType)
+            if let commitment = r.commitment {
+                check("renewalInfo.commitmentInfo.commitmentAutoRenewStatus", commitment.rawCommitmentAutoRenewStatus, commitment.commitmentAutoRenewStatus)
+                check(
+                    "renewalInfo.commitmentInfo.commitmentRenewalBillingPlanType", commitment.rawCommitmentRenewalBillingPlanType,
+                    commitment.commitmentRenewalBillingPlanType)
+            }
+            for increase in r.advancedCommercePriceIncreases {
+                check("renewalInfo.advancedCommerceInfo.items.priceIncreaseInfo.status", increase.info.rawStatus, increase.info.status)
+            }
         }
         return unknown
     }
