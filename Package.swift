@@ -238,7 +238,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AppStoreNotificationsTests",
-            dependencies: ["AppStoreNotifications", "TestSupport"]
+            dependencies: ["AppStoreNotifications", "TestSupport", x509, swiftASN1, crypto]
         ),
         .testTarget(
             name: "EntitlementStoreTests",

@@ -57,6 +57,9 @@ public struct TestCertificateAuthority: Sendable {
         public var intermediateIsCertificateAuthority = true
         /// A P-384 leaf cannot sign ES256.
         public var leafUsesP384 = false
+        /// An OCSP responder named in the leaf's and the intermediate's Authority Information Access, as Apple's are
+        /// (`http://ocsp.apple.com/…`): what online revocation checks ask.
+        public var ocspURI: String?
 
         public init() {
             intermediateValidity = TestDates.date("2021-03-17T20:37:10Z")...TestDates.date("2036-03-19T00:00:00Z")
@@ -95,6 +98,9 @@ public struct TestCertificateAuthority: Sendable {
                 if options.intermediateHasAppleOID {
                     Certificate.Extension(oid: AppleCertificateOID.wwdrIntermediate, critical: false, value: [0x05, 0x00])
                 }
+                if let uri = options.ocspURI {
+                    AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(uri))])
+                }
             },
             issuerPrivateKey: Certificate.PrivateKey(rootKey))
 
@@ -122,9 +128,12 @@ public struct TestCertificateAuthority: Sendable {
                 if options.leafHasAppleOID {
                     Certificate.Extension(oid: AppleCertificateOID.receiptSigningLeaf, critical: false, value: [0x05, 0x00])
                 }
+                if let uri = options.ocspURI {
+                    AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(uri))])
+                }
             },
             issuerPrivateKey: Certificate.PrivateKey(intermediateKey))
-        return TestSigningChain(leaf: leaf, intermediate: intermediate, root: rootCertificate, signer: leafSigner)
+        return TestSigningChain(leaf: leaf, intermediate: intermediate, root: rootCertificate, signer: leafSigner, intermediateKey: intermediateKey)
     }
 }
 
@@ -146,6 +155,8 @@ public struct TestSigningChain: Sendable {
     public let intermediate: Certificate
     public let root: Certificate
     public let signer: Signer
+    /// The intermediate's key: signs OCSP answers about the leaf in tests (the root's signs those about the intermediate).
+    public var intermediateKey: P384.Signing.PrivateKey? = nil
 
     /// The `x5c` header value: leaf, intermediate, root as standard base64 DER.
     public var x5c: [String] {

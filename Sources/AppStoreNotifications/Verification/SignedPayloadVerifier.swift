@@ -38,6 +38,8 @@ public final class SignedPayloadVerifier: Sendable {
         public var allowLocallySignedEnvironments: Bool
         /// How many distinct verified chains to remember.
         public var chainCacheCapacity: Int
+        /// Online revocation checks (OCSP) after the offline chain check; nil (the default): offline only.
+        public var onlineChecks: OnlineRevocationChecks?
 
         public init(
             apps: [AppIdentity],
@@ -61,6 +63,9 @@ public final class SignedPayloadVerifier: Sendable {
     public let configuration: Configuration
     private let roots: CertificateStore
     private let cache: CertificateChainCache
+    private let onlineCache: OnlineCheckCache?
+    /// The trusted roots, for the online check's own chain building.
+    var trustRoots: CertificateStore { roots }
     private let headers: BoundedCache<String, [String]>
     /// The header segment validated last, as bytes: compared before the cache, whose key is a `String` of the
     /// ≈5 KB segment (making it costs a copy and UTF-8 validation per JWS, three per notification).
@@ -80,6 +85,7 @@ public final class SignedPayloadVerifier: Sendable {
         guard !certificates.isEmpty else { throw TrustAnchorError.invalidRootCertificate("no trusted root configured") }
         self.roots = CertificateStore(certificates)
         self.cache = CertificateChainCache(capacity: configuration.chainCacheCapacity)
+        self.onlineCache = configuration.onlineChecks.map { OnlineCheckCache(lifetime: $0.cacheLifetime) }
         self.headers = BoundedCache(capacity: configuration.chainCacheCapacity)
     }
 
@@ -305,6 +311,12 @@ public final class SignedPayloadVerifier: Sendable {
     func verifiedLeafKey(x5c: [String], signedDate: Timestamp) async throws(VerificationError) -> P256.Signing.PublicKey {
         let milliseconds = signedDate.millisecondsSince1970
         if let entry = cache.lookup(x5c), entry.covers(milliseconds) {
+            if let checks = configuration.onlineChecks, let onlineCache, !onlineCache.isFresh(Self.chainKey(x5c)) {
+                try await checkOnline(
+                    leaf: try Self.certificate(x5c[0], position: 0), intermediate: try Self.certificate(x5c[1], position: 1), at: signedDate.date,
+                    key: Self.chainKey(x5c),
+                    checks: checks, cache: onlineCache)
+            }
             return entry.leafKey
         }
         var certificates: [Certificate] = []
@@ -342,6 +354,9 @@ public final class SignedPayloadVerifier: Sendable {
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
         switch result {
         case .validCertificate(let chain):
+            if let checks = configuration.onlineChecks, let onlineCache {
+                try await checkOnline(leaf: leaf, intermediate: intermediate, at: date, key: Self.chainKey(x5c), checks: checks, cache: onlineCache)
+            }
             let validFrom = chain.map { Timestamp($0.notValidBefore).millisecondsSince1970 }.max() ?? milliseconds
             let validUntil = chain.map { Timestamp($0.notValidAfter).millisecondsSince1970 }.min() ?? milliseconds
             cache.insert(.init(leafKey: leafKey, validFrom: validFrom, validUntil: validUntil), for: x5c)
@@ -353,6 +368,9 @@ public final class SignedPayloadVerifier: Sendable {
                     + (reasons.isEmpty ? "" : ": " + reasons.joined(separator: "; ")))
         }
     }
+
+    /// A chain's key in the online check's cache: its leaf and intermediate as sent.
+    static func chainKey(_ x5c: [String]) -> String { x5c.prefix(2).joined(separator: ".") }
 
     /// One `x5c` entry: canonical standard base64 of exactly one DER certificate, nothing before or after.
     static func certificate(_ entry: String, position: Int) throws(VerificationError) -> Certificate {

@@ -41,6 +41,12 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
     case environmentNotAllowed(String)
     /// A nested JWS (signedTransactionInfo, signedRenewalInfo, signedAppTransactionInfo) is invalid.
     case nestedInvalid(NestedField, VerificationError)
+    /// Online checks (`OnlineRevocationChecks`): the chain's responder says a certificate is revoked. Permanent.
+    case certificateRevoked(String)
+    /// Online checks: no verified answer from the responder (unreachable, an error status, an answer that does not
+    /// verify). The one *transient* case: the record waits and is verified again (`isTransient`), never accepted
+    /// unchecked and never dead-lettered for it.
+    case revocationCheckUnavailable(String)
 
     /// A stable identifier for dashboards, dead-letter headers and scripts. Never changes once released.
     public var code: String {
@@ -63,6 +69,8 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
         case .environmentMismatch: "environmentMismatch"
         case .environmentNotAllowed: "environmentNotAllowed"
         case .nestedInvalid: "nestedInvalid"
+        case .certificateRevoked: "certificateRevoked"
+        case .revocationCheckUnavailable: "revocationCheckUnavailable"
         }
     }
 
@@ -85,7 +93,7 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
             .invalidChain(let detail), .missingAppleOID(let detail), .certificateExpiredAtSignedDate(let detail),
             .certificateNotYetValidAtSignedDate(let detail), .signatureMismatch(let detail),
             .bundleIdMismatch(let detail), .appAppleIdMismatch(let detail), .environmentMismatch(let detail),
-            .environmentNotAllowed(let detail):
+            .environmentNotAllowed(let detail), .certificateRevoked(let detail), .revocationCheckUnavailable(let detail):
             detail
         case .wrongPayloadKind(let expected, let found):
             "expected a signed \(expected.rawValue), found \(found.map { "a signed \($0.rawValue)" } ?? "an unrecognised payload")"
@@ -95,6 +103,12 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
     }
 
     public var description: String { "\(code): \(reason)" }
+
+    /// Whether the same bytes may verify later (only an online check that got no answer), here or nested.
+    public var isTransient: Bool {
+        if case .revocationCheckUnavailable = rootCause { return true }
+        return false
+    }
 }
 
 /// The nested JWS fields of a notification.

@@ -1,0 +1,89 @@
+import Crypto
+import Foundation
+import SwiftASN1
+import Synchronization
+// The OCSP model types of swift-certificates are internal: a test responder builds its answers with them (debug
+// builds enable testing), so the answers are exactly what the library's own policy parses.
+@testable import X509
+
+/// An OCSP responder for a test PKI: answers each request about a certificate of the chain, signed by that
+/// certificate's issuer (the intermediate for the leaf, the root for the intermediate), echoing the nonce. Its state
+/// is switched by the test: revoked serial numbers, down (throws, as a transport failure), garbage.
+final class TestOCSPResponder: Sendable {
+    struct State {
+        var revoked: Set<Certificate.SerialNumber> = []
+        var down = false
+        var garbage = false
+        var queries = 0
+    }
+
+    let state = Mutex(State())
+    let issuers: [(certificate: Certificate, key: P384.Signing.PrivateKey)]
+
+    /// `issuers`: each issuing certificate with its key (root and intermediate).
+    init(issuers: [(Certificate, P384.Signing.PrivateKey)]) {
+        self.issuers = issuers.map { ($0.0, $0.1) }
+    }
+
+    func revoke(_ certificate: Certificate) { state.withLock { _ = $0.revoked.insert(certificate.serialNumber) } }
+    func setDown(_ down: Bool) { state.withLock { $0.down = down } }
+    func setGarbage(_ garbage: Bool) { state.withLock { $0.garbage = garbage } }
+    var queries: Int { state.withLock { $0.queries } }
+
+    struct Unreachable: Error, CustomStringConvertible { var description: String { "connection refused" } }
+
+    /// What `OnlineRevocationChecks.query` calls.
+    func answer(_ requestBytes: [UInt8]) throws -> [UInt8] {
+        let (down, garbage, revoked) = state.withLock { state in
+            state.queries += 1
+            return (state.down, state.garbage, state.revoked)
+        }
+        if down { throw Unreachable() }
+        if garbage { return [0x30, 0x03, 0x0A, 0x01, 0x02] }  // OCSPResponse { responseStatus: internalError }
+        let request = try OCSPRequest(derEncoded: requestBytes[...])
+        let single = try require_(request.tbsRequest.requestList.first)
+        let now = Date()
+        guard let issuer = issuers.first(where: { Self.issued(single.certID, by: $0.certificate) }) else {
+            throw Unreachable()
+        }
+        let status: OCSPCertStatus = revoked.contains(single.certID.serialNumber)
+            ? .revoked(OCSPRevokedInfo(revocationTime: try GeneralizedTime(now.addingTimeInterval(-3600)), revocationReason: CRLReason(rawValue: 1)))
+            : .good
+        var extensions: Certificate.Extensions?
+        if let nonce = request.tbsRequest.requestExtensions?.first(where: { $0.oid == .OCSPExtensionID.nonceIdentifier }) {
+            extensions = try Certificate.Extensions([nonce])
+        }
+        let data = OCSPResponseData(
+            responderID: .byName(issuer.certificate.subject), producedAt: try GeneralizedTime(now.addingTimeInterval(-5)),
+            responses: [OCSPSingleResponse(
+                certID: single.certID, certStatus: status, thisUpdate: try GeneralizedTime(now.addingTimeInterval(-60)),
+                nextUpdate: try GeneralizedTime(now.addingTimeInterval(3600)))],
+            responseExtensions: extensions)
+        var serializer = DER.Serializer()
+        try serializer.serialize(data)
+        let dataBytes = serializer.serializedBytes
+        let signature = try issuer.key.signature(for: dataBytes)
+        let basic = BasicOCSPResponse(
+            responseData: data, responseDataBytes: dataBytes[...], signatureAlgorithm: .ecdsaWithSHA384,
+            signature: ASN1BitString(bytes: ArraySlice(signature.derRepresentation)), certs: nil)
+        var out = DER.Serializer()
+        try out.serialize(OCSPResponse.successful(basic))
+        return out.serializedBytes
+    }
+
+    /// Whether `certID` names a certificate `issuer` issued (its name and key hashes).
+    static func issued(_ certID: OCSPCertID, by issuer: Certificate) -> Bool {
+        var serializer = DER.Serializer()
+        guard (try? serializer.serialize(issuer.subject)) != nil else { return false }
+        let nameHash = Array(Insecure.SHA1.hash(data: serializer.serializedBytes))
+        let keyHash = Array(Insecure.SHA1.hash(data: issuer.publicKey.subjectPublicKeyInfoBytes))
+        return Array(certID.issuerNameHash.bytes) == nameHash && Array(certID.issuerKeyHash.bytes) == keyHash
+    }
+}
+
+struct MissingRequest: Error {}
+
+func require_<T>(_ value: T?) throws -> T {
+    guard let value else { throw MissingRequest() }
+    return value
+}
