@@ -135,7 +135,7 @@ let package = Package(
         .target(
             name: "ServiceRuntime",
             dependencies: [
-                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", hummingbird,
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", asyncHTTPClient, hummingbird,
                 hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging, metrics, otel, prometheus,
                 postgresNIO, serviceLifecycle, tracing,
             ]
@@ -189,6 +189,12 @@ let package = Package(
                 x509, swiftASN1,
             ]
         ),
+        // An OCSP responder for tests, answering with swift-certificates' own (internal) OCSP types: debug builds only
+        // (`@testable import X509`); no product and no release build depends on it.
+        .target(
+            name: "OCSPTestResponder",
+            dependencies: ["TestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore]
+        ),
         // MARK: - Executables: compose only
         .executableTarget(
             name: "pipelinectl",
@@ -238,7 +244,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AppStoreNotificationsTests",
-            dependencies: ["AppStoreNotifications", "TestSupport", x509, swiftASN1, crypto]
+            dependencies: ["AppStoreNotifications", "TestSupport", "OCSPTestResponder", x509]
         ),
         .testTarget(
             name: "EntitlementStoreTests",
@@ -256,7 +262,8 @@ let package = Package(
 for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
-    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO]))
+    let extra: [Target.Dependency] = name == "NotificationWorkerTests" ? ["OCSPTestResponder"] : []
+    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO] + extra))
 }
 
 // One place turns on the language features every target builds with.

@@ -44,6 +44,8 @@ struct CustomerAPIHandler: APIProtocol {
         do {
             verified = try await verifier.verifyPurchase(document)
         } catch {
+            // Online revocation checks without an answer: not the purchase's fault; the backend retries.
+            if error.isTransient { throw CustomerAPIError(503, "unavailable", error.reason, headers: ["Retry-After": "5"]) }
             throw CustomerAPIError(422, error.code, error.reason)
         }
         let transaction = verified.transactionInfo!.model

@@ -29,6 +29,8 @@ public final class NotificationWorker: Service, Sendable {
     let healthy = HealthFlag(true)
     /// Whether start-up (migrations) is done.
     let started = HealthFlag(false)
+    /// False while records wait for an online revocation check's answer (`VERIFY_ONLINE_CHECKS`).
+    let revocationChecksAnswering = HealthFlag(true)
     /// Set when the consumer hit a fatal error: the worker goes not-ready and `run()` throws, so the process exits
     /// non-zero and the orchestrator replaces it.
     let fatalReason = Mutex<String?>(nil)
@@ -51,6 +53,9 @@ public final class NotificationWorker: Service, Sendable {
         if let fatal = fatalReason.withLock({ $0 }) { return "fatal consumer error: \(fatal); the process is exiting" }
         if !started.value { return "starting (applying migrations)" }
         if !healthy.value { return "retrying a transient failure (database or broker unavailable)" }
+        if !revocationChecksAnswering.value {
+            return "waiting for the OCSP responder (online revocation checks): records wait and are verified again, none is accepted unchecked"
+        }
         if !consumer.isBrokerReachable { return "no Kafka broker reachable" }
         return nil
     }
@@ -94,7 +99,10 @@ public final class NotificationWorker: Service, Sendable {
                             async let following = consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
                             let started = ContinuousClock.now
                             let trace = BatchTrace(batch, consumerGroup: configuration.groupId)
-                            let outcomes = await verify(batch, trace: trace)
+                            var outcomes = await verify(batch, trace: trace)
+                            // An online revocation check without an answer: those records are verified again until
+                            // the responder answers (or the process stops: the batch is then redelivered).
+                            guard await settleTransientFailures(&outcomes, batch) else { break }
                             metrics.verificationDuration.record(ContinuousClock.now - started)
                             if writing { await writes.next() }
                             writes.addTask(priority: .high) { [batch] in await self.write(batch, outcomes, trace: trace, started: started) }
@@ -369,6 +377,37 @@ public final class NotificationWorker: Service, Sendable {
                 // Escaped and bounded: a database error may quote the refused data.
                 logger.warning("\(what) not stored (attempt \(attempt)), retrying in \(backoff): \(UntrustedText.escaped(String(describing: error), limit: 400))")
                 try? await Task.sleep(for: backoff)
+            }
+        }
+    }
+
+    /// Verifies again, with backoff, the records whose verification failed transiently (an online revocation check
+    /// that got no answer), until none is left; false when the process stops first. Never dead-letters them and
+    /// never lets them through unchecked; counted in `worker_revocation_check_waits_total`, the worker not ready.
+    func settleTransientFailures(_ outcomes: inout [VerifiedRecord], _ batch: [KafkaConsumerMessage]) async -> Bool {
+        var attempt = 0
+        while true {
+            let waiting = outcomes.indices.filter { index in
+                if case .failure(let error) = outcomes[index].outcome { return error.isTransient }
+                return false
+            }
+            guard !waiting.isEmpty else {
+                if attempt > 0 { revocationChecksAnswering.set(true) }
+                return true
+            }
+            attempt += 1
+            revocationChecksAnswering.set(false)
+            metrics.revocationCheckWaits(waiting.count)
+            if case .failure(let error) = outcomes[waiting[0]].outcome {
+                logger.warning("records wait for an online revocation check", metadata: ["records": "\(waiting.count)", "attempt": "\(attempt)", "reason": "\(error.reason)"])
+            }
+            if Task.isCancelled || Task.isShuttingDownGracefully { return false }
+            try? await Task.sleep(for: Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff))
+            if Task.isCancelled || Task.isShuttingDownGracefully { return false }
+            for index in waiting {
+                let message = batch[index]
+                let outcome = await Self.verify(message.value, kind: message.headers.string(NotificationRecordHeader.recordKind), with: verifier)
+                outcomes[index] = VerifiedRecord(outcome: outcome, archived: (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) })
             }
         }
     }

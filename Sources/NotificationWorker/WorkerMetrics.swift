@@ -79,6 +79,13 @@ public struct WorkerMetrics: Sendable {
         ).increment(by: Int64(count))
     }
 
+    /// Records that waited (once per retry) for an online revocation check's answer.
+    func revocationCheckWaits(_ count: Int) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "worker_revocation_check_waits", unitName: "total", helpText: "Records verified again because an online revocation check (OCSP) got no answer"))
+            .increment(by: Int64(count))
+    }
+
     /// Erasures the worker ran (queued by RESCIND_CONSENT) and rows the retention job deleted, by store.
     func erasuresRun(_ count: Int) {
         guard count > 0 else { return }

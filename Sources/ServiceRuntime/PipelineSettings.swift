@@ -36,6 +36,8 @@ public struct PipelineSettings: Sendable {
     public var erasureKey: ErasureKey?
     /// `CONSENT_RESCINDED_ERASES` (default false): a RESCIND_CONSENT erases what its app transaction links to.
     public var consentRescindedErases = false
+    /// `VERIFY_ONLINE_CHECKS` and companions: online revocation checks of every chain verified (off by default).
+    public var onlineRevocation = OnlineRevocationSettings()
 
     public init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
@@ -43,7 +45,7 @@ public struct PipelineSettings: Sendable {
 
     /// The environment variables these settings read.
     public static let environmentKeys = ["NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
-        "ERASURE_KEY_FILE", "ERASURE_KEY", "CONSENT_RESCINDED_ERASES"]
+        "ERASURE_KEY_FILE", "ERASURE_KEY", "CONSENT_RESCINDED_ERASES"] + OnlineRevocationSettings.environmentKeys
         + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> PipelineSettings {
@@ -74,6 +76,7 @@ public struct PipelineSettings: Sendable {
         }
         settings.erasureKey = try Self.erasureKey(environment)
         settings.consentRescindedErases = try environment.bool("CONSENT_RESCINDED_ERASES", default: false)
+        settings.onlineRevocation = try OnlineRevocationSettings.fromEnvironment(environment)
         if settings.consentRescindedErases, settings.erasureKey == nil {
             throw ConfigurationError(variable: "CONSENT_RESCINDED_ERASES", reason: "erasing needs the erasure key: set ERASURE_KEY_FILE too")
         }
@@ -156,7 +159,9 @@ public struct PipelineSettings: Sendable {
             }
         }
         do {
-            return try SignedPayloadVerifier.Configuration(apps: apps, trustedRoots: roots)
+            var configuration = try SignedPayloadVerifier.Configuration(apps: apps, trustedRoots: roots)
+            configuration.onlineChecks = onlineRevocation.checks
+            return configuration
         } catch {
             throw ConfigurationError(variable: "TRUSTED_ROOTS", reason: "\(error)")
         }

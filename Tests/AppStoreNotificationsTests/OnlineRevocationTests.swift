@@ -1,6 +1,7 @@
 import AppStoreNotifications
 import Foundation
 import TestSigning
+import OCSPTestResponder
 import Testing
 import X509
 

@@ -1,7 +1,11 @@
 import Crypto
 import Foundation
+import Hummingbird
+import Logging
+import NIOCore
 import SwiftASN1
 import Synchronization
+import TestSupport
 // The OCSP model types of swift-certificates are internal: a test responder builds its answers with them (debug
 // builds enable testing), so the answers are exactly what the library's own policy parses.
 @testable import X509
@@ -9,34 +13,59 @@ import Synchronization
 /// An OCSP responder for a test PKI: answers each request about a certificate of the chain, signed by that
 /// certificate's issuer (the intermediate for the leaf, the root for the intermediate), echoing the nonce. Its state
 /// is switched by the test: revoked serial numbers, down (throws, as a transport failure), garbage.
-final class TestOCSPResponder: Sendable {
+public final class TestOCSPResponder: Sendable {
     struct State {
         var revoked: Set<Certificate.SerialNumber> = []
         var down = false
         var garbage = false
         var queries = 0
+        var issuers: [(certificate: Certificate, key: P384.Signing.PrivateKey)] = []
+        var server: LoopbackServer?
     }
 
     let state = Mutex(State())
-    let issuers: [(certificate: Certificate, key: P384.Signing.PrivateKey)]
 
     /// `issuers`: each issuing certificate with its key (root and intermediate).
-    init(issuers: [(Certificate, P384.Signing.PrivateKey)]) {
-        self.issuers = issuers.map { ($0.0, $0.1) }
+    public init(issuers: [(Certificate, P384.Signing.PrivateKey)] = []) {
+        state.withLock { $0.issuers = issuers.map { ($0.0, $0.1) } }
     }
 
-    func revoke(_ certificate: Certificate) { state.withLock { _ = $0.revoked.insert(certificate.serialNumber) } }
-    func setDown(_ down: Bool) { state.withLock { $0.down = down } }
-    func setGarbage(_ garbage: Bool) { state.withLock { $0.garbage = garbage } }
-    var queries: Int { state.withLock { $0.queries } }
+    /// Who signs answers: each issuing certificate with its key (for a chain issued after `serve()` named the URI).
+    public func setIssuers(_ issuers: [(Certificate, P384.Signing.PrivateKey)]) { state.withLock { $0.issuers = issuers.map { ($0.0, $0.1) } } }
+    public func revoke(_ certificate: Certificate) { state.withLock { _ = $0.revoked.insert(certificate.serialNumber) } }
+    /// Down: no answer (in process: a thrown transport error; over HTTP: 503).
+    public func setDown(_ down: Bool) { state.withLock { $0.down = down } }
+    /// An `internalError` answer.
+    public func setGarbage(_ garbage: Bool) { state.withLock { $0.garbage = garbage } }
+    public var queries: Int { state.withLock { $0.queries } }
 
     struct Unreachable: Error, CustomStringConvertible { var description: String { "connection refused" } }
 
-    /// What `OnlineRevocationChecks.query` calls.
-    func answer(_ requestBytes: [UInt8]) throws -> [UInt8] {
-        let (down, garbage, revoked) = state.withLock { state in
+    /// Serves `POST /ocsp` on loopback (RFC 6960 appendix A.1); returns the responder's URI.
+    public func serve() async throws -> String {
+        let router = Router()
+        router.post("/ocsp") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            guard let answer = try? self.answer(Array(buffer: body)) else { return Response(status: .serviceUnavailable) }
+            return Response(
+                status: .ok, headers: [.contentType: "application/ocsp-response"], body: .init(byteBuffer: ByteBuffer(bytes: answer)))
+        }
+        var logger = Logger(label: "ocsp-responder")
+        logger.logLevel = .error
+        let server = try await LoopbackServer.start(router, name: "ocsp-responder", logger: logger)
+        state.withLock { $0.server = server }
+        return "http://127.0.0.1:\(server.port)/ocsp"
+    }
+
+    public func stop() async {
+        await state.withLock { $0.server }?.stop()
+    }
+
+    /// What `OnlineRevocationChecks.query` calls (in process), and the HTTP route answers.
+    public func answer(_ requestBytes: [UInt8]) throws -> [UInt8] {
+        let (down, garbage, revoked, issuers) = state.withLock { state in
             state.queries += 1
-            return (state.down, state.garbage, state.revoked)
+            return (state.down, state.garbage, state.revoked, state.issuers)
         }
         if down { throw Unreachable() }
         if garbage { return [0x30, 0x03, 0x0A, 0x01, 0x02] }  // OCSPResponse { responseStatus: internalError }
@@ -47,17 +76,17 @@ final class TestOCSPResponder: Sendable {
             throw Unreachable()
         }
         let status: OCSPCertStatus = revoked.contains(single.certID.serialNumber)
-            ? .revoked(OCSPRevokedInfo(revocationTime: try GeneralizedTime(now.addingTimeInterval(-3600)), revocationReason: CRLReason(rawValue: 1)))
+            ? .revoked(OCSPRevokedInfo(revocationTime: GeneralizedTime(now.addingTimeInterval(-3600)), revocationReason: CRLReason(rawValue: 1)))
             : .good
         var extensions: Certificate.Extensions?
         if let nonce = request.tbsRequest.requestExtensions?.first(where: { $0.oid == .OCSPExtensionID.nonceIdentifier }) {
             extensions = try Certificate.Extensions([nonce])
         }
         let data = OCSPResponseData(
-            responderID: .byName(issuer.certificate.subject), producedAt: try GeneralizedTime(now.addingTimeInterval(-5)),
+            responderID: .byName(issuer.certificate.subject), producedAt: GeneralizedTime(now.addingTimeInterval(-5)),
             responses: [OCSPSingleResponse(
-                certID: single.certID, certStatus: status, thisUpdate: try GeneralizedTime(now.addingTimeInterval(-60)),
-                nextUpdate: try GeneralizedTime(now.addingTimeInterval(3600)))],
+                certID: single.certID, certStatus: status, thisUpdate: GeneralizedTime(now.addingTimeInterval(-60)),
+                nextUpdate: GeneralizedTime(now.addingTimeInterval(3600)))],
             responseExtensions: extensions)
         var serializer = DER.Serializer()
         try serializer.serialize(data)

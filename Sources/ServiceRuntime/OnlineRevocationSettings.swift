@@ -1,0 +1,51 @@
+import AppStoreNotifications
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+/// `VERIFY_ONLINE_CHECKS` and its companions: online revocation checks (docs/verification.md) over HTTP.
+public struct OnlineRevocationSettings: Sendable, Hashable {
+    /// `VERIFY_ONLINE_CHECKS` (default false).
+    public var enabled = false
+    /// `VERIFY_ONLINE_CACHE` (default 1h): how long a chain that passed is not asked about again.
+    public var cacheLifetime: Duration = .seconds(3600)
+    /// `VERIFY_ONLINE_TIMEOUT_MS` (default 5000): one OCSP request's deadline.
+    public var timeoutMilliseconds = 5_000
+
+    public init() {}
+
+    public static let environmentKeys = ["VERIFY_ONLINE_CHECKS", "VERIFY_ONLINE_CACHE", "VERIFY_ONLINE_TIMEOUT_MS"]
+
+    public static func fromEnvironment(_ environment: EnvironmentReader) throws(ConfigurationError) -> OnlineRevocationSettings {
+        var settings = OnlineRevocationSettings()
+        settings.enabled = try environment.bool("VERIFY_ONLINE_CHECKS", default: false)
+        settings.cacheLifetime = try environment.duration("VERIFY_ONLINE_CACHE", default: settings.cacheLifetime)
+        settings.timeoutMilliseconds = try environment.int("VERIFY_ONLINE_TIMEOUT_MS", default: settings.timeoutMilliseconds, range: 100...60_000)
+        return settings
+    }
+
+    /// The checks, over the shared HTTP client: a POST of the DER request (`application/ocsp-request`, RFC 6960
+    /// appendix A.1) to the certificate's responder; anything but a 200 with a body throws (the record waits).
+    public var checks: OnlineRevocationChecks? {
+        guard enabled else { return nil }
+        let timeout = TimeAmount.milliseconds(Int64(timeoutMilliseconds))
+        return OnlineRevocationChecks(cacheLifetime: cacheLifetime) { request, uri in
+            var http = HTTPClientRequest(url: uri)
+            http.method = .POST
+            http.headers.add(name: "Content-Type", value: "application/ocsp-request")
+            http.headers.add(name: "Accept", value: "application/ocsp-response")
+            http.body = .bytes(ByteBuffer(bytes: request))
+            let response = try await HTTPClient.shared.execute(http, timeout: timeout)
+            guard response.status == .ok else { throw OCSPResponderError(reason: "HTTP \(response.status.code)") }
+            let body = try await response.body.collect(upTo: 64 * 1024)
+            guard body.readableBytes > 0 else { throw OCSPResponderError(reason: "an empty answer") }
+            return Array(buffer: body)
+        }
+    }
+}
+
+/// The OCSP responder did not answer usably.
+public struct OCSPResponderError: Error, CustomStringConvertible {
+    public var reason: String
+    public var description: String { "the OCSP responder answered \(reason)" }
+}
