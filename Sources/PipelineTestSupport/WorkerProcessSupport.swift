@@ -24,10 +24,15 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     public static let apps = "com.example.pipeline.app:1234567890"
     public let binary = repositoryRoot.appendingPathComponent(".build/debug/worker").path
 
-    public init(bootstrap: String) throws {
+    /// The authority that issued `minter`'s chain (nil for a fixture sharing another's).
+    public let authority: TestCertificateAuthority?
+
+    /// `chainOptions`: how the signing chain is issued (an OCSP responder's URI, say).
+    public init(bootstrap: String, chainOptions: TestCertificateAuthority.Options = .init()) throws {
         self.bootstrap = bootstrap
         let authority = try TestCertificateAuthority()
-        minter = NotificationMinter(chain: try authority.issueChain())
+        self.authority = authority
+        minter = NotificationMinter(chain: try authority.issueChain(chainOptions))
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try (try authority.rootCertificate.serializeAsPEM().pemString + "\n").write(toFile: rootFile, atomically: true, encoding: .utf8)
     }
@@ -36,6 +41,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     public init(bootstrap: String, sharing other: WorkerProcessFixture) throws {
         self.bootstrap = bootstrap
         minter = other.minter
+        authority = other.authority
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: other.rootFile, toPath: rootFile)
     }
