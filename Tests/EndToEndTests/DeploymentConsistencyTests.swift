@@ -344,6 +344,16 @@ struct DeploymentConsistencyTests {
             if type == "ONE_TIME_CHARGE" { event.productType = "Consumable" }
             notifications.append(event)
         }
+        // A prorated refund of a consumable (purchase.one-time.refunded with `revocation`).
+        var refund = NotificationMinter.SubscriptionEvent.sample(seed: 910, type: "REFUND")
+        refund.productType = "Consumable"
+        refund.revocationDate = refund.signedDate - 1_000
+        refund.revocationReason = 0
+        refund.revocationType = "REFUND_PRORATED"
+        refund.revocationPercentage = 40_000
+        refund.includesRenewalInfo = false
+        refund.includesStatus = false
+        notifications.append(refund)
         var states: [String: EntitlementState] = [:]
         var afters: [String: EntitlementSnapshot] = [:]
         var sequences: [String: Int64] = [:]
@@ -361,7 +371,15 @@ struct DeploymentConsistencyTests {
                 afters[id] = EntitlementSnapshot(state, at: change.time)
             }
         }
-        #expect(Set(events.map(\.type)).isSuperset(of: [.granted, .revoked, .renewed, .updated, .refundDeclined, .consumptionRequested, .oneTimePurchase, .notificationTest]))
+        // RESCIND_CONSENT (appData, no transaction) and an erasure's customer.erased.
+        let consent = try await verifier.verifyNotification(
+            minter.signedRescindConsent(notificationUUID: "rescind-1", signedDate: 1_780_000_000_000, appTransactionId: "704100000042"))
+        events.append(try #require(EntitlementEvent.ofNotification(consent, cause: EntitlementEventCause(consent, key: "rescind-1"))))
+        events.append(EntitlementEvent.erasure(
+            requestId: "privacy-1", bundleId: minter.bundleId, environment: "Production", erasedAt: Timestamp(millisecondsSince1970: 1_780_000_000_000),
+            subscriptions: 2, notifications: 9, events: 7))
+        #expect(Set(events.map(\.type)) == Set(EntitlementEventType.allCases).subtracting([.transferred]), "every type but transfers (the customer API's, checked in its own tests)")
+        #expect(events.contains { $0.data["revocation"] != nil } && events.contains { $0.data["erasure"] != nil })
         let problems = try JSONSchemaCheck.validate(events.map(\.data.serialized), against: "docs/entitlement-event.schema.json")
         #expect(problems.isEmpty, "\(problems.prefix(5))")
         // And the check can fail: a date without milliseconds and a missing field are refused.

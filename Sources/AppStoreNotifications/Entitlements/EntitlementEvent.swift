@@ -230,10 +230,19 @@ public struct EntitlementEvent: Sendable, Hashable {
             type = revoked ? .oneTimePurchaseRefunded : .oneTimePurchase
         }
         let original = transaction?.originalTransactionId
-        return make(
+        var event = make(
             type: type, environment: notification.environment.rawValue, bundleId: notification.bundleId, subject: original ?? cause.notificationUUID,
             originalTransactionId: original, appAccountToken: transaction?.appAccountToken, appTransactionId: transaction?.appTransactionId,
             productId: transaction?.productId, sequence: nil, before: .null, after: .null, cause: cause)
+        // What Apple revoked of a one-time purchase: all of it, or (REFUND_PRORATED) the share in revocationPercentage.
+        if type == .oneTimePurchaseRefunded, let transaction {
+            event.data["revocation"] = .object(JSONObject([
+                "transactionId": text(transaction.transactionId), "revocationDate": date(transaction.revocationDate),
+                "revocationReason": integer(transaction.rawRevocationReason), "revocationType": text(transaction.rawRevocationType),
+                "revocationPercentage": integer(transaction.revocationPercentage), "quantity": integer(transaction.quantity),
+            ]))
+        }
+        return event
     }
 
     /// A purchase changed owner (the customer API's ownership policy): `from` nil when it had none. Within the
