@@ -129,17 +129,40 @@ struct WorkerBench {
         // WORKER_BENCH_REPEAT times (1) in turn, so noise shows as spread.
         let only = ProcessInfo.processInfo.environment["WORKER_BENCH_ONLY"]
         let repeats = Int(ProcessInfo.processInfo.environment["WORKER_BENCH_REPEAT"] ?? "") ?? 1
-        let selected = only == "tracing"
-            ? Array(repeating: runs.filter { $0.workers == 1 && $0.events && !$0.holdRelay }, count: repeats).flatMap { $0 } : runs
+        // WORKER_BENCH_ONLY=erasure: one worker, events on, without an erasure key and with one while 10 000 customers
+        // are erased (none in this stream): the per-batch suppression check's cost (docs/privacy.md).
+        let selected: [(workers: Int, events: Bool, holdRelay: Bool, tracing: String)] =
+            only == "tracing" ? Array(repeating: runs.filter { $0.workers == 1 && $0.events && !$0.holdRelay }, count: repeats).flatMap { $0 }
+            : only == "erasure" ? Array(repeating: [(1, true, false, ""), (1, true, false, "erasure")], count: repeats).flatMap { $0 }
+            : runs
+        var erasureRatios: [Double] = []
+        let erasureSecret = String(repeating: "b", count: 48)
         var traceRatios: [(sampled: Double, unsampled: Double)] = []
         for (workers, events, holdRelay, tracing) in selected {
-            let tracingEnvironment = tracing.isEmpty ? [:] : traced.merging(["OTEL_TRACES_SAMPLER": tracing == "sampled" ? "always_on" : "always_off"]) { _, new in new }
+            var tracingEnvironment = tracing.isEmpty || tracing == "erasure"
+                ? [:] : traced.merging(["OTEL_TRACES_SAMPLER": tracing == "sampled" ? "always_on" : "always_off"]) { _, new in new }
+            if tracing == "erasure" { tracingEnvironment["ERASURE_KEY"] = erasureSecret }
             let opsPort = TestServices.freePort()
             let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
             try await withPostgres(postgresURL, logger: logger) { client in
                 _ = try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
             }
             let databaseURL = String(postgresURL[..<postgresURL.lastIndex(of: "/")!]) + "/" + database
+            if tracing == "erasure" {
+                // The schema, then 10 000 erased customers' worth of entries (5 identifiers each), none of this stream's.
+                try await withPostgres(databaseURL, logger: logger) { client in
+                    _ = try await EntitlementStore(client: client, logger: logger).migrate()
+                    let keyId = try ErasureKey(secret: erasureSecret).id
+                    _ = try await client.query("INSERT INTO erasure_keys (key_id) VALUES (\(keyId))", logger: logger)
+                    _ = try await client.query(
+                        """
+                        INSERT INTO erasure_suppressions (digest, bundle_id, kind, key_id, erased_at, request_id)
+                        SELECT sha256(('bench-' || i)::bytea), 'bench', 'originalTransactionId', \(keyId), now(), 'bench'
+                        FROM generate_series(1, 50000) AS i
+                        """,
+                        logger: logger)
+                }
+            }
             let group = "bench-\(UUID().uuidString.prefix(8))"
             // The relay run: the bench holds the relay's election lock until every notification is stored.
             let lockHolder = PostgresClient(configuration: try .init(url: databaseURL), backgroundLogger: logger)
@@ -230,10 +253,11 @@ struct WorkerBench {
             let processing = seconds(end - (firstProgress ?? start))
             let rate = Double(payloads.count) / processing
             if !holdRelay { rates["\(workers)-\(events)\(tracing)"] = rate }
+            if tracing == "erasure", let plain = rates["1-true"] { erasureRatios.append(rate / plain) }
             if tracing == "sampled", let untraced = rates["1-true"], let unsampled = rates["1-trueunsampled"] {
                 traceRatios.append((rate / untraced, unsampled / untraced))
             }
-            if !tracing.isEmpty {
+            if !tracing.isEmpty && tracing != "erasure" {
                 // What the worker could not export (its queue full): spans lost, never notifications.
                 let metrics = try? await HTTPTestConnection(port: opsPort).send(method: "GET", path: "/metrics")
                 droppedSpans[tracing] = metrics?.bodyText.split(separator: "\n").filter { $0.hasPrefix("tracing_spans_dropped_total{") }.joined(separator: ", ")
@@ -265,6 +289,9 @@ struct WorkerBench {
         }
         for (sampled, unsampled) in traceRatios {
             print(String(format: "tracing, one worker, events on: sampled / no endpoint %.2f (target ≥ 0.90); unsampled / no endpoint %.2f", sampled, unsampled))
+        }
+        for ratio in erasureRatios {
+            print(String(format: "erasure check, one worker, events on, 50 000 suppression entries: with the key / without %.2f", ratio))
         }
         if !traceRatios.isEmpty {
             print("tracing: the sink received \(sink.requests) export requests, \(sink.bytes / 1_000_000) MB; spans the workers dropped: \(droppedSpans)")
