@@ -12,8 +12,30 @@ import ServiceRuntime
 
 /// The App Store Server API settings every pull command takes: the `APPSTORE_*` variables, per environment.
 struct AppStoreOptions: ParsableArguments {
-    @Option(help: "Your app's bundle id (the JWT's bid claim, and the app whose history is read).") var bundleId: String
-    @Option(help: "Production or Sandbox.") var environment: String
+    @Option(
+        name: .customLong("bundle-id"),
+        help: "Your app's bundle id (the JWT's bid claim, and the app whose data is read; default: $APPSTORE_BUNDLE_ID, or the one app of $APPS).")
+    var bundleIdOption: String?
+    @Option(name: .customLong("environment"), help: "Production or Sandbox (default: $APPSTORE_ENVIRONMENT, or Production).")
+    var environmentOption: String?
+
+    /// `--bundle-id`, else `APPSTORE_BUNDLE_ID`, else the only app `APPS` lists ("" when none decides: `validate` refuses).
+    var bundleId: String {
+        if let bundleIdOption { return bundleIdOption }
+        let environment = ProcessInfo.processInfo.environment
+        if let bundleId = environment["APPSTORE_BUNDLE_ID"], !bundleId.isEmpty { return bundleId }
+        if let text = environment["APPS"], let apps = try? PipelineSettings.parseApps(text), apps.count == 1, let only = apps[0].bundleId { return only }
+        return ""
+    }
+
+    /// `--environment`, else `APPSTORE_ENVIRONMENT`, else Production.
+    var environment: String { environmentOption ?? ProcessInfo.processInfo.environment["APPSTORE_ENVIRONMENT"].flatMap { $0.isEmpty ? nil : $0 } ?? "Production" }
+
+    func validate() throws {
+        guard !bundleId.isEmpty else {
+            throw ValidationError("--bundle-id is required: APPSTORE_BUNDLE_ID is unset and APPS does not name exactly one app")
+        }
+    }
 
     func resolvedEnvironment() throws -> Environment {
         guard let environment = Environment.allCases.first(where: { $0.rawValue.lowercased() == environment.lowercased() }),

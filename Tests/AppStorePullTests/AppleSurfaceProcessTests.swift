@@ -150,7 +150,8 @@ struct AppleSurfaceProcessTests: ProcessSuite {
 
         // App transaction: verified; one signed by another authority is refused.
         scene.apple.fake.setAppTransaction(minter.signedAppTransaction(appTransactionId: "704100008102", signedDate: now - 1_000), for: [y.transactionId])
-        let app = try await scene.run(["app-transaction"] + Self.app + ["--transaction-id", y.transactionId, "--json"], extra: fast)
+        // Without --bundle-id and --environment: the one app of APPS, in Production.
+        let app = try await scene.run(["app-transaction", "--transaction-id", y.transactionId, "--json"], extra: fast)
         let appAnswer = try json(app.output)
         #expect(app.status == 0 && appAnswer["appTransactionId"]?.stringValue == "704100008102", "\(app.output)")
         let forger = NotificationMinter(chain: try TestCertificateAuthority().issueChain())
