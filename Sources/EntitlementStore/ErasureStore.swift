@@ -236,15 +236,15 @@ public struct ErasureStore: Sendable {
         try await delete("entitlements", "DELETE FROM entitlements WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[]) RETURNING 1")
         try await delete("customer_ownership", """
             DELETE FROM customer_ownership WHERE bundle_id = \(bundleId)
-                AND (original_transaction_id = ANY(\(otids)::text[]) OR lower(customer_id) = ANY(\(customers)::text[])) RETURNING 1
+                AND (original_transaction_id = ANY(\(otids)::text[]) OR customer_id = ANY(\(customers)::text[])) RETURNING 1
             """)
         try await delete("customer_purchases", """
             DELETE FROM customer_purchases WHERE bundle_id = \(bundleId) AND (original_transaction_id = ANY(\(otids)::text[])
-                OR transaction_id = ANY(\(txids)::text[]) OR lower(customer_id) = ANY(\(customers)::text[])) RETURNING 1
+                OR transaction_id = ANY(\(txids)::text[]) OR customer_id = ANY(\(customers)::text[])) RETURNING 1
             """)
         try await delete("customer_transfers", """
             DELETE FROM customer_transfers WHERE bundle_id = \(bundleId) AND (original_transaction_id = ANY(\(otids)::text[])
-                OR lower(from_customer_id) = ANY(\(customers)::text[]) OR lower(to_customer_id) = ANY(\(customers)::text[])) RETURNING 1
+                OR from_customer_id = ANY(\(customers)::text[]) OR to_customer_id = ANY(\(customers)::text[])) RETURNING 1
             """)
         try await delete("renewal_extensions", """
             DELETE FROM renewal_extensions WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[]) RETURNING 1
@@ -292,6 +292,10 @@ public struct ErasureStore: Sendable {
         var notificationUUIDs: Set<String> = []
     }
 
+    /// Customer ids are compared as stored (the customer API keeps them in lower case, and the subject's set is
+    /// lowercased), so the `(bundle_id, customer_id)` indexes serve; tokens from Apple are compared lowercased, as
+    /// their expression indexes are.
+    ///
     /// From the subject to everything linked to it, within its app: a customer's subscriptions (ownership, accepted
     /// purchases, tokens), each subscription's chain (`previousOriginalTransactionId`, `supersededBy`), their
     /// tokens, app transactions and owners, again, until nothing new is found (at most `resolutionRounds` rounds);
@@ -312,9 +316,9 @@ public struct ErasureStore: Sendable {
             let apps = Array(resolved.appTransactionIds)
             resolved.originalTransactionIds.formUnion(try await strings(
                 """
-                SELECT original_transaction_id FROM customer_ownership WHERE bundle_id = \(bundleId) AND lower(customer_id) = ANY(\(people)::text[])
+                SELECT original_transaction_id FROM customer_ownership WHERE bundle_id = \(bundleId) AND customer_id = ANY(\(people)::text[])
                 UNION SELECT original_transaction_id FROM customer_purchases
-                    WHERE bundle_id = \(bundleId) AND lower(customer_id) = ANY(\(people)::text[]) AND status = 'accepted'
+                    WHERE bundle_id = \(bundleId) AND customer_id = ANY(\(people)::text[]) AND status = 'accepted'
                 UNION SELECT original_transaction_id FROM entitlements WHERE bundle_id = \(bundleId)
                     AND (lower(app_account_token) = ANY(\(people)::text[]) OR app_transaction_id = ANY(\(apps)::text[]))
                 UNION SELECT original_transaction_id FROM transactions WHERE bundle_id = \(bundleId)
@@ -348,7 +352,7 @@ public struct ErasureStore: Sendable {
             """
             SELECT transaction_id FROM transactions WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[])
             UNION SELECT transaction_id FROM customer_purchases WHERE bundle_id = \(bundleId)
-                AND (original_transaction_id = ANY(\(otids)::text[]) OR lower(customer_id) = ANY(\(people)::text[]))
+                AND (original_transaction_id = ANY(\(otids)::text[]) OR customer_id = ANY(\(people)::text[]))
             """, on: connection)
         resolved.notificationUUIDs = try await strings(
             """
@@ -357,7 +361,7 @@ public struct ErasureStore: Sendable {
                 WHERE n.bundle_id = \(bundleId) AND n.notification_type = 'RESCIND_CONSENT' AND EXISTS (
                     SELECT 1 FROM unnest(n.nested_bodies) AS b WHERE b::jsonb ->> 'appTransactionId' = ANY(\(Array(resolved.appTransactionIds))::text[]))
             UNION SELECT purchase_key FROM customer_purchases WHERE bundle_id = \(bundleId)
-                AND (original_transaction_id = ANY(\(otids)::text[]) OR lower(customer_id) = ANY(\(people)::text[]))
+                AND (original_transaction_id = ANY(\(otids)::text[]) OR customer_id = ANY(\(people)::text[]))
             """, on: connection)
         return resolved
     }

@@ -83,50 +83,20 @@ public struct RetentionStore: Sendable {
                 }
             }
         }
-        if let days = policy.deadLetterRecordDays {
-            let before = cutoff(days)
-            deleted["dead_lettered_records"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM dead_lettered_records WHERE dead_lettered_at < \(before)",
-                delete: """
-                    DELETE FROM dead_lettered_records WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM dead_lettered_records WHERE dead_lettered_at < \(before) ORDER BY dead_lettered_at LIMIT \(batchSize)))
-                    """)
-            deleted["dead_letter_redrives"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM dead_letter_redrives WHERE redriven_at < \(before)",
-                delete: """
-                    DELETE FROM dead_letter_redrives WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM dead_letter_redrives WHERE redriven_at < \(before) LIMIT \(batchSize)))
-                    """)
-        }
-        if let days = policy.purchaseClaimDays {
-            let before = cutoff(days)
-            deleted["customer_purchases"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM customer_purchases WHERE requested_at < \(before) AND status <> 'pending'",
-                delete: """
-                    DELETE FROM customer_purchases WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM customer_purchases WHERE requested_at < \(before) AND status <> 'pending' ORDER BY requested_at LIMIT \(batchSize)))
-                    """)
-        }
-        if let days = policy.consumptionRequestDays {
-            let before = cutoff(days)
-            deleted["consumption_requests"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM consumption_requests WHERE deadline < \(before)",
-                delete: """
-                    DELETE FROM consumption_requests WHERE ctid = ANY(ARRAY(
-                        SELECT ctid FROM consumption_requests WHERE deadline < \(before) LIMIT \(batchSize)))
-                    """)
-        }
-        if let days = policy.consoleAuditDays {
-            let before = cutoff(days)
-            deleted["console_audit"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM console_audit WHERE at < \(before)",
-                delete: "DELETE FROM console_audit WHERE ctid = ANY(ARRAY(SELECT ctid FROM console_audit WHERE at < \(before) ORDER BY at LIMIT \(batchSize)))")
-        }
-        if let days = policy.erasedEventIdsDays {
-            let before = cutoff(days)
-            deleted["erased_events"] = try await deleteBatches(
-                dryRun: dryRun, count: "SELECT count(*) FROM erased_events WHERE erased_at < \(before)",
-                delete: "DELETE FROM erased_events WHERE ctid = ANY(ARRAY(SELECT ctid FROM erased_events WHERE erased_at < \(before) LIMIT \(batchSize)))")
+        // The other stores: rows older than their column's cutoff (and `filter`), oldest first where the column is
+        // indexed (`ordered`); the dead-letter re-drive log goes with the dead letters.
+        let tables: [(table: String, column: String, filter: String, ordered: Bool, days: Int?)] = [
+            ("dead_lettered_records", "dead_lettered_at", "", true, policy.deadLetterRecordDays),
+            ("dead_letter_redrives", "redriven_at", "", false, policy.deadLetterRecordDays),
+            ("customer_purchases", "requested_at", " AND status <> 'pending'", true, policy.purchaseClaimDays),
+            ("consumption_requests", "deadline", "", false, policy.consumptionRequestDays),
+            ("console_audit", "at", "", true, policy.consoleAuditDays),
+            ("erased_events", "erased_at", "", false, policy.erasedEventIdsDays),
+        ]
+        for entry in tables {
+            guard let days = entry.days else { continue }
+            deleted[entry.table] = try await pruneRows(
+                of: entry.table, olderThan: cutoff(days), by: entry.column, filter: entry.filter, ordered: entry.ordered, dryRun: dryRun)
         }
         return deleted
     }
@@ -137,14 +107,26 @@ public struct RetentionStore: Sendable {
         return total
     }
 
-    func deleteBatches(dryRun: Bool, count countQuery: PostgresQuery, delete: PostgresQuery) async throws -> Int {
-        if dryRun { return try await count(countQuery) }
+    /// Deletes (or, `dryRun`, counts) the rows of `table` whose `column` is before `before` and that match `filter`
+    /// (SQL of this file, never data), `batchSize` per statement. The table and column names are constants of `prune`.
+    func pruneRows(of table: String, olderThan before: Date, by column: String, filter: String, ordered: Bool, dryRun: Bool) async throws -> Int {
+        let condition = "\(column) < $1\(filter)"
+        func bound(_ sql: String, _ values: Int...) -> PostgresQuery {
+            var binds = PostgresBindings()
+            binds.append(before)
+            for value in values { binds.append(value) }
+            return PostgresQuery(unsafeSQL: sql, binds: binds)
+        }
+        if dryRun { return try await count(bound("SELECT count(*) FROM \(table) WHERE \(condition)")) }
+        let delete = bound(
+            """
+            DELETE FROM \(table) WHERE ctid = ANY(ARRAY(SELECT ctid FROM \(table) WHERE \(condition)\(ordered ? " ORDER BY \(column)" : "") LIMIT $2))
+            RETURNING 1
+            """, batchSize)
         var total = 0
         try await repeatUntilDone { [client, logger] in
             var deleted = 0
-            for try await _ in try await client.query(PostgresQuery(unsafeSQL: delete.sql + " RETURNING 1", binds: delete.binds), logger: logger).decode(Int.self) {
-                deleted += 1
-            }
+            for try await _ in try await client.query(delete, logger: logger).decode(Int.self) { deleted += 1 }
             total += deleted
             return deleted
         }

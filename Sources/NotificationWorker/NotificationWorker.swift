@@ -404,11 +404,7 @@ public final class NotificationWorker: Service, Sendable {
             if Task.isCancelled || Task.isShuttingDownGracefully { return false }
             try? await Task.sleep(for: Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff))
             if Task.isCancelled || Task.isShuttingDownGracefully { return false }
-            for index in waiting {
-                let message = batch[index]
-                let outcome = await Self.verify(message.value, kind: message.headers.string(NotificationRecordHeader.recordKind), with: verifier)
-                outcomes[index] = VerifiedRecord(outcome: outcome, archived: (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) })
-            }
+            for index in waiting { outcomes[index] = await Self.verifiedRecord(batch[index], with: verifier) }
         }
     }
 
@@ -423,17 +419,24 @@ public final class NotificationWorker: Service, Sendable {
     func verify(_ batch: [KafkaConsumerMessage], trace: BatchTrace = .off) async -> [VerifiedRecord] {
         await withTaskGroup(of: (Int, VerifiedRecord).self) { group in
             for (index, message) in batch.enumerated() {
-                let kind = message.headers.string(NotificationRecordHeader.recordKind)
                 group.addTask(priority: .low) { [verifier] in
-                    let outcome = await trace.verifying(index) { await Self.verify(message.value, kind: kind, with: verifier) }
-                    let archived = (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) }
-                    return (index, VerifiedRecord(outcome: outcome, archived: archived))
+                    (index, await Self.verifiedRecord(message, with: verifier, trace: trace, index: index))
                 }
             }
             var results = [VerifiedRecord](repeating: VerifiedRecord(outcome: .failure(.malformedJWS("not verified"))), count: batch.count)
             for await (index, result) in group { results[index] = result }
             return results
         }
+    }
+
+    /// One record verified (by its `record-kind` header; in its span when `trace` is on, `index` its place in the
+    /// batch) and, when it verified, taken apart for the archive.
+    static func verifiedRecord(
+        _ message: KafkaConsumerMessage, with verifier: SignedPayloadVerifier, trace: BatchTrace = .off, index: Int = 0
+    ) async -> VerifiedRecord {
+        let kind = message.headers.string(NotificationRecordHeader.recordKind)
+        let outcome = await trace.verifying(index) { await verify(message.value, kind: kind, with: verifier) }
+        return VerifiedRecord(outcome: outcome, archived: (try? outcome.get()).flatMap { _ in ArchivedJWS.decompose(message.value) })
     }
 
     /// One record's verification as a value. A function of its own, not a `do throws(VerificationError)` inside
