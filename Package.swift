@@ -248,7 +248,7 @@ let package = Package(
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "TestSupport", "PipelineTestSupport", postgresNIO]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",

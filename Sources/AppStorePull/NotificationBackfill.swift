@@ -91,6 +91,8 @@ public struct BackfillSummary: Sendable, Hashable {
     public var counts = BackfillCounts()
     /// Send-attempt results this version does not know, kept raw in the record header (counted, not refused).
     public var unknownSendAttemptResults = 0
+    /// Notifications about an erased customer, from before the erasure: not produced (docs/privacy.md).
+    public var erasedHeldBack = 0
     /// Where in the window the last page reached (its newest send attempt), when known.
     public var reachedDate: Int64?
     public var window: ClosedRange<Int64>?
@@ -192,8 +194,13 @@ public struct NotificationBackfill: Sendable {
             if let newest = item.sendAttempts.compactMap(\.attemptDate).max() { summary.reachedDate = max(summary.reachedDate ?? newest, newest) }
         }
         guard let producer else { return }
+        // An erased customer's notifications from before the erasure are never produced again: the topic would keep
+        // them for its retention and a replay would read them (the workers would suppress them, but too late for
+        // the promise that the topic holds nothing new about them).
+        let erased = try await store.erased(items.map { ErasureClaim.ofNotification($0.signedPayload) })
+        summary.erasedHeldBack += erased.count
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let records = items.map { item in
+        let records = items.enumerated().filter { !erased.contains($0.offset) }.map(\.element).map { item in
             var headers = [
                 KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
                 KafkaHeader(key: NotificationRecordHeader.source, string: "history"),

@@ -22,6 +22,8 @@ public struct PullSummary: Sendable {
     public var changes: [(originalTransactionId: String, before: EntitlementSummary?, after: EntitlementSummary?)] = []
     /// Snapshot uuids the workers had not stored when the wait ended (0 when all were applied).
     public var notApplied = 0
+    /// Records about an erased customer, from before the erasure, held back (never produced; docs/privacy.md).
+    public var erasedHeldBack = 0
 
     public init() {}
 }
@@ -104,9 +106,10 @@ public struct StatusReconciler: Sendable {
         let ids = documents.map(\.originalTransactionId)
         let current = try await store.entitlementSummaries(environment: environment.rawValue, bundleId: bundleId, originalTransactionIds: ids)
         for id in ids where before[id] == nil { before[id] = .some(current[id]) }
-        try await producer.produce(documents.map { (PulledRecordKind.statusSnapshot, $0.originalTransactionId, Array($0.json.serialized.utf8), "statuses") })
-        for document in documents { produced[document.notificationUUID] = document.originalTransactionId }
-        summary.snapshots += documents.count
+        let sent = try await producer.produce(documents.map { (PulledRecordKind.statusSnapshot, $0.originalTransactionId, Array($0.json.serialized.utf8), "statuses") })
+        for (document, wasSent) in zip(documents, sent) where wasSent { produced[document.notificationUUID] = document.originalTransactionId }
+        summary.erasedHeldBack += sent.count { !$0 }
+        summary.snapshots += sent.count { $0 }
     }
 
     /// Waits (up to `wait`) until the workers stored every snapshot produced.
@@ -165,12 +168,15 @@ public struct HistoryImporter: Sendable {
                 summary.unknownIds.append((id, error.errorCode))
                 return false
             }
-            try await reconciler.producer.produce(page.signedTransactions.map { signed in
+            let sent = try await reconciler.producer.produce(page.signedTransactions.map { signed in
                 let key = UnverifiedPeek.payload(of: signed)?["originalTransactionId"]?.stringValue
                 return (PulledRecordKind.historyTransaction, key, Array(signed.utf8), "transaction-history")
             })
-            summary.transactions += page.signedTransactions.count
-            if let next = page.revision {
+            summary.transactions += sent.count { $0 }
+            summary.erasedHeldBack += sent.count { !$0 }
+            // The revision names the customer's id: kept only when something of theirs was sent (an erased
+            // customer's import leaves no row behind; the next import asks Apple from the start, harmlessly).
+            if let next = page.revision, sent.contains(true) {
                 try await store.saveHistoryRevision(environment: environment.rawValue, bundleId: bundleId, transactionId: id, revision: next, added: page.signedTransactions.count)
                 revision = next
             }

@@ -84,9 +84,15 @@ extension ConsolePages {
             throw Refusal(status: .badRequest, code: "confirmationMismatch", reason: "Type the customer id exactly to confirm the erasure.")
         }
         guard reason.utf8.count <= 200 else { throw Refusal(status: .badRequest, code: "reasonTooLong", reason: "The reason is at most 200 bytes.") }
-        let report = try await ErasureStore(client: actions.entitlements.client, logger: logger).erase(
-            ErasureRequest(subject: ErasureSubject(.customerId, customerId, bundleId: bundle), reason: reason, requestedBy: "console:" + session.email), key: key,
-            emitsEvents: actions.entitlements.emitsEvents)
+        let report: ErasureReport
+        do {
+            report = try await ErasureStore(client: actions.entitlements.client, logger: logger).erase(
+                ErasureRequest(subject: ErasureSubject(.customerId, customerId, bundleId: bundle), reason: reason, requestedBy: "console:" + session.email),
+                key: key, emitsEvents: actions.entitlements.emitsEvents)
+        } catch let failure as ErasureFailure {
+            metrics.action("erase", outcome: "unavailable")
+            throw Refusal(status: .serviceUnavailable, code: "erasureKeyMismatch", reason: "Nothing was erased: \(failure.description)")
+        }
         try await store.audit(
             operatorEmail: session.email, action: "erase", reason: reason, bundleId: bundle, originalTransactionId: nil,
             detail: JSONObject(["requestId": .string(report.requestId), "subscriptions": .number(JSONNumber(Int64(report.subscriptions)))]))
@@ -135,7 +141,7 @@ struct ConsoleActions: Sendable {
     func reconcile(bundleId: String, originalTransactionId: String) async throws -> Int {
         var snapshots = 0
         for (environment, api) in appStore.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
-            let reconciler = StatusReconciler(api: api, producer: PulledRecordProducer(producer: producer, topic: topic), store: entitlements, logger: logger)
+            let reconciler = StatusReconciler(api: api, producer: PulledRecordProducer(producer: producer, topic: topic, erasures: entitlements), store: entitlements, logger: logger)
             var summary = PullSummary()
             var before: [String: EntitlementSummary?] = [:]
             var produced: [String: String] = [:]

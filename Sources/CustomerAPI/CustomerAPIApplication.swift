@@ -41,7 +41,7 @@ public func buildCustomerAPIServices(
     let appStore = try shared.appStoreClients(maximumWait: .seconds(2), logger: logger)
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
-        configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic),
+        configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),
         appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: .milliseconds(configuration.orderCacheMilliseconds)), logger: logger)
 
     let router = Router()

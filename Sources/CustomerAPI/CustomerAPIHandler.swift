@@ -252,8 +252,12 @@ struct CustomerAPIHandler: APIProtocol {
         let report: ErasureReport
         do {
             report = try await ErasureStore(client: store.client, logger: logger).erase(request, key: key)
+        } catch ErasureFailure.requestIdTaken(let id) {
+            throw CustomerAPIError(409, "request_id_taken", ErasureFailure.requestIdTaken(id).description)
         } catch let failure as ErasureFailure {
-            throw CustomerAPIError(409, "request_id_taken", failure.description)
+            // Another key than the workers' (or none where one is needed): the operator's to fix; nothing was erased.
+            logger.error("an erasure was refused: \(failure)")
+            throw CustomerAPIError(503, "erasure_key_mismatch", "this service's erasure key is not the one in force; ask the operator (nothing was erased)")
         } catch {
             logger.warning("an erasure failed: \(UntrustedText.escaped(String(reflecting: error), limit: 400))")
             throw CustomerAPIError.unavailable

@@ -93,6 +93,24 @@ public struct DeadLetteredRecord: Sendable, Hashable {
         ]))
     }
 
+    /// What the dead letter claims, for the erasure screen: every identifier its payload names, whatever its
+    /// kind, held back by any erasure of them (no time: a record that did not verify proves no date).
+    public var erasureClaim: ErasureClaim? {
+        guard let payload else { return nil }
+        let bytes = Array(payload.utf8)
+        let claim = ErasureClaim.of(record: bytes, kind: nil)
+            ?? [PulledRecordKind.statusSnapshot, .purchase, .historyTransaction].lazy.compactMap { ErasureClaim.of(record: bytes, kind: $0) }.first
+        guard var claim else {
+            return claims.bundleId.map { bundleId in
+                ErasureClaim(
+                    bundleId: bundleId, identifiers: claims.originalTransactionId.map { [ErasedIdentifier(.originalTransactionId, bundleId: bundleId, value: $0)] } ?? [],
+                    time: nil)
+            }
+        }
+        claim.time = nil
+        return claim
+    }
+
     /// Larger payloads are kept up to here (ingest refuses bodies over 1 MiB; Apple's are under 20 KB).
     public static let payloadLimit = 65_536
 
@@ -250,7 +268,10 @@ public struct EntitlementStore: Sendable {
     func write(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> BatchOutcome {
         try await applyTimeouts(on: connection)
         var outcome = BatchOutcome()
-        try await recordDeadLetters(deadLettered, on: connection)
+        // The erasure lock shared, first: an erasure is wholly before this transaction (its suppression entries are
+        // seen by both checks below) or wholly after it (it erases what this writes).
+        try await connection.query("SELECT pg_advisory_xact_lock_shared(\(ErasureStore.lockKey))", logger: logger)
+        try await recordDeadLetters(try await withoutErasedClaims(deadLettered, on: connection), on: connection)
         guard !batch.isEmpty else { return outcome }
         let batch = try await withoutErased(batch, outcome: &outcome, on: connection)
         guard !batch.isEmpty else { return outcome }

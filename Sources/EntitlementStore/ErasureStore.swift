@@ -29,6 +29,20 @@ public struct ErasureSubject: Sendable, Hashable {
     }
 
     var identifier: ErasedIdentifier { ErasedIdentifier(kind.identifierKind, bundleId: bundleId, value: value) }
+
+    /// Whether `value` has the shape of a UUID (8-4-4-4-12 hex digits), as app account tokens do.
+    static func isUUIDShaped(_ value: String) -> Bool {
+        let bytes = Array(value.utf8)
+        guard bytes.count == 36 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            if [8, 13, 18, 23].contains(index) {
+                guard byte == UInt8(ascii: "-") else { return false }
+            } else {
+                guard (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) || (0x41...0x46).contains(byte) else { return false }
+            }
+        }
+        return true
+    }
 }
 
 /// One erasure as it was asked for.
@@ -93,7 +107,7 @@ public enum ErasureFailure: Error, Sendable, Hashable, CustomStringConvertible {
     case keyMissing
     /// Suppression entries were made with another key (fingerprints listed).
     case keyMismatch(ours: String, theirs: [String])
-    /// The request id is taken by an erasure of another subject or app.
+    /// The request id is taken, in this app, by an erasure of another subject.
     case requestIdTaken(String)
 
     public var description: String {
@@ -101,9 +115,9 @@ public enum ErasureFailure: Error, Sendable, Hashable, CustomStringConvertible {
         case .keyMissing:
             "erasure suppression entries exist but this process has no erasure key: set ERASURE_KEY_FILE (or ERASURE_KEY) to the key the erasures used; records wait until it is set, so no erased customer comes back"
         case .keyMismatch(let ours, let theirs):
-            "the erasure key's fingerprint \(ours) is not the one the suppression entries were made with (\(theirs.joined(separator: ", "))): give this process the same ERASURE_KEY_FILE; records wait until then"
+            "this process's erasure key (fingerprint \(ours)) is not the one in force, which the suppression entries were made with (fingerprint \(theirs.joined(separator: ", "))): give this process the same ERASURE_KEY_FILE as the workers; nothing is erased or applied until then"
         case .requestIdTaken(let id):
-            "the request id \(UntrustedText.quoted(id, limit: 70)) belongs to an erasure of another subject; choose another"
+            "the request id \(UntrustedText.quoted(id, limit: 70)) belongs to an erasure of another subject in this app; choose another"
         }
     }
 }
@@ -144,6 +158,9 @@ public struct ErasureStore: Sendable {
         try await ErasureFailure.unwrapped {
             try await client.withTransaction(logger: logger) { connection in
                 try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
+                // Resolved once before the lock (indexed reads; it also warms what the locked pass reads), so the
+                // exclusive lock, which holds every worker batch back, covers only the second, fast pass and the writes.
+                _ = try await resolve(request.subject, on: connection)
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.lockKey))", logger: logger)
                 return try await erase(request, key: key, emitsEvents: emitsEvents, on: connection)
             }
@@ -151,13 +168,19 @@ public struct ErasureStore: Sendable {
     }
 
     func erase(_ request: ErasureRequest, key: ErasureKey, emitsEvents: Bool, on connection: PostgresConnection) async throws -> ErasureReport {
+        // One key in force: an eraser holding another key than the one the list was made with would write entries no
+        // worker can match; refused (under the lock, so two first erasures with two keys cannot both pass).
+        try await checkKey(key, on: connection)
         let subjectDigest = Hex.encode(key.digest(request.subject.identifier))
-        if let existing = try await report(requestId: request.requestId, on: connection) {
+        if let existing = try await report(requestId: request.requestId, bundleId: request.subject.bundleId, on: connection) {
             guard existing.status == "pending" else {
                 let digest = try await strings(
-                    "SELECT encode(subject_digest, 'hex') FROM erasure_requests WHERE request_id = \(request.requestId)", on: connection
+                    """
+                    SELECT encode(subject_digest, 'hex') FROM erasure_requests
+                    WHERE bundle_id = \(request.subject.bundleId) AND request_id = \(request.requestId)
+                    """, on: connection
                 ).first
-                guard digest == subjectDigest, existing.bundleId == request.subject.bundleId else { throw ErasureFailure.requestIdTaken(request.requestId) }
+                guard digest == subjectDigest else { throw ErasureFailure.requestIdTaken(request.requestId) }
                 return existing
             }
         }
@@ -177,6 +200,15 @@ public struct ErasureStore: Sendable {
         add(.appAccountToken, subject.appAccountTokens)
         add(.customerId, subject.customerIds)
         add(.appTransactionId, subject.appTransactionIds)
+        // A UUID-shaped customer id is what the app also hands StoreKit as `appAccountToken` (the customer API's
+        // convention), and a token may name a customer: each is suppressed as both kinds, so a notification signed
+        // before the erasure that carries the id as its token (in flight, or retried by Apple after an outage) stays
+        // suppressed even when nothing was stored yet.
+        let people = subject.customerIds.union(subject.appAccountTokens).union(
+            [ErasureSubject.Kind.customerId, .appAccountToken].contains(request.subject.kind) ? [request.subject.value.lowercased()] : [])
+        let uuidShaped = people.filter(ErasureSubject.isUUIDShaped)
+        add(.customerId, uuidShaped)
+        add(.appAccountToken, uuidShaped)
         let digests = Array(Set(identifiers.map { Hex.encode(key.digest($0)) + ":" + $0.kind.rawValue })).sorted()
         try await connection.query("INSERT INTO erasure_keys (key_id) VALUES (\(key.id)) ON CONFLICT DO NOTHING", logger: logger)
         try await connection.query(
@@ -274,12 +306,20 @@ public struct ErasureStore: Sendable {
             INSERT INTO erasure_requests (request_id, bundle_id, subject_kind, subject_digest, reason, requested_by, status, requested_at, completed_at, summary)
             VALUES (\(request.requestId), \(bundleId), \(request.subject.kind.rawValue), decode(\(subjectDigest), 'hex'), \(request.reason),
                 \(request.requestedBy), 'completed', \(now), \(now), \(summary.serialized)::jsonb)
-            ON CONFLICT (request_id) DO UPDATE SET status = 'completed', pending_subject = NULL, completed_at = EXCLUDED.completed_at,
+            ON CONFLICT (bundle_id, request_id) DO UPDATE SET status = 'completed', pending_subject = NULL, completed_at = EXCLUDED.completed_at,
                 summary = EXCLUDED.summary
             """,
             logger: logger)
         logger.notice("erased a customer", metadata: ["request_id": "\(request.requestId)", "subscriptions": "\(subject.originalTransactionIds.count)"])
-        return try await report(requestId: request.requestId, on: connection)!
+        return try await report(requestId: request.requestId, bundleId: bundleId, on: connection)!
+    }
+
+    /// Refuses a key whose fingerprint is not the one the suppression list was made with (`keyMismatch`, naming
+    /// both). The first erasure records its key's fingerprint; there is no rotation (docs/privacy.md: re-keying
+    /// would need the identifiers, which by design no longer exist).
+    func checkKey(_ key: ErasureKey, on connection: PostgresConnection) async throws {
+        let known = try await strings("SELECT key_id FROM erasure_keys", on: connection)
+        guard known.isEmpty || known.contains(key.id) else { throw ErasureFailure.keyMismatch(ours: key.id, theirs: known.sorted()) }
     }
 
     /// The identifiers an erasure reaches, resolved within one app.
@@ -374,20 +414,20 @@ public struct ErasureStore: Sendable {
         return values
     }
 
-    /// An erasure's report, by request id (within its app when `bundleId` is given: the customer API's keys see only theirs).
+    /// An erasure's report, by request id within its app (request ids are scoped by app: another app's id is not
+    /// seen). Without `bundleId` (an operator's `pipelinectl`), the newest erasure with that id in any app.
     public func report(requestId: String, bundleId: String? = nil) async throws -> ErasureReport? {
         try await client.withConnection { connection in
-            guard let report = try await report(requestId: requestId, on: connection) else { return nil }
-            if let bundleId, report.bundleId != bundleId { return nil }
-            return report
+            try await report(requestId: requestId, bundleId: bundleId, on: connection)
         }
     }
 
-    func report(requestId: String, on connection: PostgresConnection) async throws -> ErasureReport? {
+    func report(requestId: String, bundleId: String?, on connection: PostgresConnection) async throws -> ErasureReport? {
         let rows = try await connection.query(
             """
             SELECT request_id, bundle_id, subject_kind, status, reason, requested_by, requested_at, completed_at, coalesce(summary::text, '{}')
-            FROM erasure_requests WHERE request_id = \(requestId)
+            FROM erasure_requests WHERE request_id = \(requestId) AND (\(bundleId)::text IS NULL OR bundle_id = \(bundleId))
+            ORDER BY requested_at DESC LIMIT 1
             """,
             logger: logger)
         for try await (id, bundleId, kind, status, reason, requestedBy, requestedAt, completedAt, summary) in rows.decode(
@@ -406,11 +446,11 @@ public struct ErasureStore: Sendable {
 
     /// Recent erasures, newest first (the console's list; `pipelinectl customers erasures`).
     public func recentReports(limit: Int = 100) async throws -> [ErasureReport] {
-        var ids: [String] = []
-        for try await id in try await client.query("SELECT request_id FROM erasure_requests ORDER BY requested_at DESC LIMIT \(limit)", logger: logger)
-            .decode(String.self) { ids.append(id) }
+        var ids: [(String, String)] = []
+        for try await id in try await client.query("SELECT request_id, bundle_id FROM erasure_requests ORDER BY requested_at DESC LIMIT \(limit)", logger: logger)
+            .decode((String, String).self) { ids.append(id) }
         var reports: [ErasureReport] = []
-        for id in ids { if let report = try await report(requestId: id) { reports.append(report) } }
+        for (id, bundleId) in ids { if let report = try await report(requestId: id, bundleId: bundleId) { reports.append(report) } }
         return reports
     }
 

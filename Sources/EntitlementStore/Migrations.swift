@@ -552,5 +552,6 @@ public enum Migrations {
         tracing,
         erasure,
         extensions,
+        privacy,
     ]
 }

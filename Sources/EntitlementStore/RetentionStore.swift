@@ -21,19 +21,36 @@ public struct RetentionPolicy: Sendable, Hashable {
     /// `ERASED_EVENT_IDS_RETENTION_DAYS` (30): ids of erased events the webhooks service must not deliver; longer
     /// than the events topic's retention (`TOPIC_RETENTION_DAYS`, 14) is enough.
     public var erasedEventIdsDays: Int? = 30
+    /// `WEBHOOK_DELIVERY_RETENTION` (30d, a duration): finished webhook deliveries with their attempts. The
+    /// `webhooks` service prunes them too; this job covers them so one run prunes every store.
+    public var webhookDeliveries: Duration? = .seconds(30 * 86_400)
+    /// `EVENTS_OUTBOX_RETENTION` (7d, a duration): entitlement events already published to the events topic (the
+    /// relay prunes them too; unpublished events are never pruned).
+    public var publishedEvents: Duration? = .seconds(7 * 86_400)
 
     public init() {}
 
-    /// Each store, its setting and its value (for `pipelinectl retention show` and the docs test).
-    public var stores: [(store: String, variable: String, days: Int?)] {
-        [
-            ("notification_archive", "ARCHIVE_RETENTION_DAYS", archiveDays),
-            ("dead_lettered_records", "DEAD_LETTER_RECORD_RETENTION_DAYS", deadLetterRecordDays),
-            ("customer_purchases", "PURCHASE_CLAIM_RETENTION_DAYS", purchaseClaimDays),
-            ("consumption_requests", "CONSUMPTION_REQUEST_RETENTION_DAYS", consumptionRequestDays),
-            ("console_audit", "CONSOLE_AUDIT_RETENTION_DAYS", consoleAuditDays),
-            ("erased_events", "ERASED_EVENT_IDS_RETENTION_DAYS", erasedEventIdsDays),
+    /// Each store, its setting and its limit (for `pipelinectl retention show` and the docs test).
+    public var stores: [(store: String, variable: String, limit: Duration?)] {
+        func days(_ value: Int?) -> Duration? { value.map { .seconds(Int64($0) * 86_400) } }
+        return [
+            ("notification_archive", "ARCHIVE_RETENTION_DAYS", days(archiveDays)),
+            ("dead_lettered_records", "DEAD_LETTER_RECORD_RETENTION_DAYS", days(deadLetterRecordDays)),
+            ("customer_purchases", "PURCHASE_CLAIM_RETENTION_DAYS", days(purchaseClaimDays)),
+            ("consumption_requests", "CONSUMPTION_REQUEST_RETENTION_DAYS", days(consumptionRequestDays)),
+            ("console_audit", "CONSOLE_AUDIT_RETENTION_DAYS", days(consoleAuditDays)),
+            ("erased_events", "ERASED_EVENT_IDS_RETENTION_DAYS", days(erasedEventIdsDays)),
+            ("webhook_deliveries", "WEBHOOK_DELIVERY_RETENTION", webhookDeliveries),
+            ("entitlement_events_outbox", "EVENTS_OUTBOX_RETENTION", publishedEvents),
         ]
+    }
+
+    /// A limit as people write it: `30 days`, `36 hours`, `90 minutes`, or `kept`.
+    public static func describe(_ limit: Duration?) -> String {
+        guard let seconds = limit?.components.seconds else { return "kept" }
+        if seconds % 86_400 == 0 { return "\(seconds / 86_400) days" }
+        if seconds % 3_600 == 0 { return "\(seconds / 3_600) hours" }
+        return "\(seconds / 60) minutes"
     }
 }
 
@@ -55,6 +72,7 @@ public struct RetentionStore: Sendable {
     public func prune(_ policy: RetentionPolicy, now: Date = Date(), dryRun: Bool = false) async throws -> [String: Int] {
         var deleted: [String: Int] = [:]
         func cutoff(_ days: Int) -> Date { now.addingTimeInterval(-Double(days) * 86_400) }
+        func cutoff(_ limit: Duration) -> Date { now.addingTimeInterval(-Double(limit.components.seconds)) }
         if let days = policy.archiveDays {
             let before = cutoff(days)
             if dryRun {
@@ -97,6 +115,47 @@ public struct RetentionStore: Sendable {
             guard let days = entry.days else { continue }
             deleted[entry.table] = try await pruneRows(
                 of: entry.table, olderThan: cutoff(days), by: entry.column, filter: entry.filter, ordered: entry.ordered, dryRun: dryRun)
+        }
+        // Published events (never one the relay has not sent) and finished webhook deliveries, whose attempts go
+        // with them (ON DELETE CASCADE; counted before they go).
+        if let limit = policy.publishedEvents {
+            deleted["entitlement_events_outbox"] = try await pruneRows(
+                of: "entitlement_events_outbox", olderThan: cutoff(limit), by: "published_at", filter: " AND published_at IS NOT NULL", ordered: true,
+                dryRun: dryRun)
+        }
+        if let limit = policy.webhookDeliveries {
+            let before = cutoff(limit)
+            if dryRun {
+                deleted["webhook_deliveries"] = try await count(
+                    "SELECT count(*) FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before)")
+                deleted["webhook_attempts"] = try await count(
+                    """
+                    SELECT count(*) FROM webhook_attempts WHERE delivery_id IN (
+                        SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before))
+                    """)
+            } else {
+                try await repeatUntilDone { [batchSize] in
+                    let rows = try await client.query(
+                        """
+                        WITH old AS (
+                            SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before) ORDER BY finished_at LIMIT \(batchSize)
+                        ), attempts AS (
+                            SELECT count(*) AS n FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM old)
+                        ), gone AS (
+                            DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM old) RETURNING 1
+                        )
+                        SELECT (SELECT count(*) FROM gone)::bigint, (SELECT n FROM attempts)::bigint
+                        """,
+                        logger: logger)
+                    var gone = 0
+                    for try await (deliveries, attempts) in rows.decode((Int64, Int64).self) {
+                        gone = Int(deliveries)
+                        deleted["webhook_deliveries", default: 0] += Int(deliveries)
+                        deleted["webhook_attempts", default: 0] += Int(attempts)
+                    }
+                    return gone
+                }
+            }
         }
         return deleted
     }

@@ -169,7 +169,7 @@ public final class NotificationWorker: Service, Sendable {
             let redriven = RedriveHeader.isRedriven(message.headers)
             switch verifiedRecord.outcome {
             case .success(let verified):
-                metrics.notificationType(verified.payload.notificationType)
+                metrics.notificationType(verified)
                 for unknown in verified.unknownValues {
                     metrics.unknownValue(field: unknown.field)
                     logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(UntrustedText.quoted(unknown.rawValue))"])

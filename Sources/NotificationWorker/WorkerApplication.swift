@@ -62,7 +62,7 @@ public func buildWorkerServices(
         var reconcilers: [AppStoreNotifications.Environment: StatusReconciler] = [:]
         for environment in Set(configuration.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
             let api = AppStoreServerAPIClient(configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger)
-            reconcilers[environment] = StatusReconciler(api: api, producer: PulledRecordProducer(producer: deadLetters, topic: configuration.topic), store: store, logger: logger)
+            reconcilers[environment] = StatusReconciler(api: api, producer: PulledRecordProducer(producer: deadLetters, topic: configuration.topic, erasures: store), store: store, logger: logger)
         }
         healServices = [ContradictionHealer(
             store: store, reconcilers: reconcilers, apps: configuration.apps, interval: configuration.healInterval, retryAfter: configuration.healRetryAfter,

@@ -116,3 +116,35 @@ public struct WorkerConfiguration: Sendable {
         return producer
     }
 }
+
+extension WorkerConfiguration {
+    /// `worker --help`: printed before anything is read, so it works with an empty environment.
+    public static let help = """
+        worker: verifies each notification record, dedupes it and applies it to PostgreSQL in one transaction per batch;
+        dead-letters what can never verify; relays entitlement events; heals rows that contradict Apple. Configured by the environment:
+          KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
+          NOTIFICATIONS_TOPIC, DEAD_LETTER_TOPIC   appstore.notifications.v2, and the same + .dead-letter
+          WORKER_GROUP_ID                  the consumer group every worker of a deployment joins (appstore-worker)
+          WORKER_BATCH_SIZE                records per batch, one PostgreSQL transaction each (250)
+          WORKER_MAX_BACKOFF_MS            longest pause between retries of a batch that failed transiently (30000)
+          WORKER_STORE_TIMEOUT_MS          longest a batch's transaction may take before it is retried (30000)
+          WORKER_MIGRATE                   apply pending migrations at start (true)
+          WORKER_OPS_HOST, WORKER_OPS_PORT /health/live, /health/ready, /metrics (0.0.0.0, 8081)
+          APPS                             accepted apps: bundleId[:appAppleId][@Production+Sandbox],... (required)
+          TRUSTED_ROOTS                    apple (default) and/or PEM or DER files
+          POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (4)
+          ERASURE_KEY_FILE, ERASURE_KEY    the erasure suppression list's secret (docs/privacy.md)
+          CONSENT_RESCINDED_ERASES         a RESCIND_CONSENT erases what its app transaction links to (false)
+          VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT_MS   OCSP checks of every chain (off, 1h, 5000)
+          EVENTS_ENABLED, EVENTS_TOPIC, EVENTS_TOPIC_PARTITIONS, EVENTS_OUTBOX_RETENTION, EVENTS_RELAY_BATCH_SIZE, EVENTS_RELAY_INTERVAL_MS
+                                           entitlement events and their relay (docs/events.md)
+          HEAL_INTERVAL_MS, HEAL_RETRY_AFTER_MS   contradiction healing, with APPSTORE_* set (10000, 300000)
+          APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
+          RETENTION_INTERVAL               how often one worker prunes and runs queued erasures (1h; off)
+          ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
+          CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,
+          WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
+          LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
+        docs/worker.md.
+        """
+}

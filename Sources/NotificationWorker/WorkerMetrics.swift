@@ -54,10 +54,16 @@ public struct WorkerMetrics: Sendable {
     }
 
     /// A verified notification by type (`unknown` for a type this version does not know).
-    func notificationType(_ type: NotificationTypeV2?) {
+    func notificationType(_ verified: VerifiedNotification) {
+        // Our own record kinds are counted under their own type (PURCHASE, STATUS_SNAPSHOT, TRANSACTION_HISTORY: a
+        // closed set), not as Apple's unknown one.
+        notificationType(label: verified.isPipelineRecord ? verified.payload.rawNotificationType ?? "unknown" : verified.payload.notificationType?.rawValue ?? "unknown")
+    }
+
+    func notificationType(label: String) {
         registry.makeCounter(
             descriptor: .init(metricName: "worker_notification_types", unitName: "total", helpText: "Verified notifications by notificationType"),
-            labels: [("type", type?.rawValue ?? "unknown")]
+            labels: [("type", label)]
         ).increment()
     }
 

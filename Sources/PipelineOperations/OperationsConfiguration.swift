@@ -1,3 +1,4 @@
+import AppStoreNotifications
 import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
@@ -35,6 +36,9 @@ public struct OperationsConfiguration: Sendable {
     public var postgresURL: String?
     /// `EVENTS_*`: the entitlement events topic (`topics ensure`, `events tail`).
     public var events = EventsConfiguration()
+    /// `ERASURE_KEY_FILE` / `ERASURE_KEY`: what pull commands and re-drives check records against before they
+    /// produce them (an erased customer's records never reach the topic again), and what erasures are made with.
+    public var erasureKey: ErasureKey?
 
     public init() {}
 
@@ -45,7 +49,7 @@ public struct OperationsConfiguration: Sendable {
         "WEBHOOKS_ALLOW_PRIVATE_TARGETS", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_TIMEOUT_MS",
         // pipelinectl customers (the erasure key) and retention (RetentionPolicy's variables).
         "ERASURE_KEY_FILE", "ERASURE_KEY", "ARCHIVE_RETENTION_DAYS", "DEAD_LETTER_RECORD_RETENTION_DAYS", "PURCHASE_CLAIM_RETENTION_DAYS",
-        "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS",
+        "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS", "WEBHOOK_DELIVERY_RETENTION",
     ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
@@ -64,6 +68,7 @@ public struct OperationsConfiguration: Sendable {
         }
         configuration.postgresURL = environment.optionalString("POSTGRES_URL")
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
+        configuration.erasureKey = try PipelineSettings.erasureKey(environment)
         return configuration
     }
 
@@ -108,7 +113,7 @@ public struct OperationsConfiguration: Sendable {
                 return nil
             }
             defer { group.cancelAll() }
-            return try await body(EntitlementStore(client: client, logger: logger))
+            return try await body(EntitlementStore(client: client, logger: logger, erasureKey: erasureKey))
         }
     }
 }

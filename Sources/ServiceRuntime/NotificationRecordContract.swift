@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import KafkaClient
 import ServiceContextModule
@@ -73,16 +74,26 @@ public enum RedriveHeader {
 public struct PulledRecordProducer: Sendable {
     public let producer: KafkaProducer
     public let topic: String
+    /// The erasure screen (the store's suppression list and key): records about an erased customer from before the
+    /// erasure are held back here, before they reach the topic. Nil only where no record can be about a customer.
+    public let erasures: EntitlementStore?
 
-    public init(producer: KafkaProducer, topic: String) {
+    public init(producer: KafkaProducer, topic: String, erasures: EntitlementStore?) {
         self.producer = producer
         self.topic = topic
+        self.erasures = erasures
     }
 
     /// Sends all of `records` at once and waits for every acknowledgement; throws if any failed. Each carries the
-    /// current trace context (the command's or the request's span), when tracing is on.
-    public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws {
+    /// current trace context (the command's or the request's span), when tracing is on. Returns the records sent
+    /// (those the erasure screen did not hold back).
+    @discardableResult
+    public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws -> [Bool] {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let held = try await erasures?.erased(records.map { ErasureClaim.of(record: $0.value, kind: $0.kind, receivedAt: Date()) }) ?? []
+        let sent = records.indices.map { !held.contains($0) }
+        let records = records.enumerated().filter { !held.contains($0.offset) }.map(\.element)
+        guard !records.isEmpty else { return sent }
         try await producer.sendAllAndAwait(records.map { record in
             KafkaProducerMessage(
                 topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
@@ -92,6 +103,7 @@ public struct PulledRecordProducer: Sendable {
                     KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
                 ].injecting(ServiceContext.current), timestamp: now)
         })
+        return sent
     }
 }
 

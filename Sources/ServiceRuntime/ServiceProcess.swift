@@ -24,9 +24,9 @@ public enum ServiceProcess {
     /// On the main actor, as the executables' top-level code is: `build` is written there and runs there.
     @MainActor
     public static func run(
-        name: String, help: String? = nil, build: (_ logger: Logger, _ registry: PrometheusCollectorRegistry) throws -> Built
+        name: String, help: String, build: (_ logger: Logger, _ registry: PrometheusCollectorRegistry) throws -> Built
     ) async -> Never {
-        if let help, CommandLine.arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
+        if CommandLine.arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
             print(help)
             print(PipelineTracing.help)
             exit(0)

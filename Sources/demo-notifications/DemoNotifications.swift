@@ -17,6 +17,10 @@ struct DemoNotifications {
 
     static func main() throws {
         let arguments = CommandLine.arguments
+        if arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS [PURCHASE_JSON_OUTPUT | --plain]]\n  the demo's signed notification stream, one body a line on stdout; reads no environment")
+            exit(0)
+        }
         guard arguments.count >= 2 else {
             FileHandle.standardError.write(Data("usage: demo-notifications ROOT_PEM_OUTPUT [SUBSCRIPTIONS [PURCHASE_JSON_OUTPUT | --plain]]\n".utf8))
             exit(2)

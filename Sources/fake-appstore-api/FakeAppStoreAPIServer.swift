@@ -18,6 +18,10 @@ struct FakeAppStoreAPIServer {
 
     static func main() async throws {
         let arguments = CommandLine.arguments
+        if arguments.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
+            print("usage: fake-appstore-api PORT KEY_OUT ROOT_OUT BUNDLE_ID INGEST_URL\n  the demo's fake App Store Server API (scripts/run.sh starts it); reads no environment")
+            exit(0)
+        }
         guard arguments.count == 6, let port = Int(arguments[1]) else {
             FileHandle.standardError.write(Data("usage: fake-appstore-api PORT KEY_OUT ROOT_OUT BUNDLE_ID INGEST_URL\n".utf8))
             exit(2)

@@ -167,6 +167,7 @@ struct BackfillCommand: AsyncParsableCommand {
                 "pages": jsonValue(summary.counts.pages), "fetched": jsonValue(summary.counts.fetched), "produced": jsonValue(summary.counts.produced),
                 "alreadyInLedger": jsonValue(summary.counts.alreadyStored), "new": jsonValue(summary.counts.newNotifications),
                 "unknownSendAttemptResults": jsonValue(summary.unknownSendAttemptResults),
+                "erasedHeldBack": jsonValue(summary.erasedHeldBack),
                 "windowStart": jsonValue(summary.window.map { Timestamp(millisecondsSince1970: $0.lowerBound) }),
                 "windowEnd": jsonValue(summary.window.map { Timestamp(millisecondsSince1970: $0.upperBound) }),
             ])))
@@ -175,7 +176,8 @@ struct BackfillCommand: AsyncParsableCommand {
         let window = summary.window.map { " over \(Timestamp(millisecondsSince1970: $0.lowerBound)) … \(Timestamp(millisecondsSince1970: $0.upperBound))" } ?? ""
         print("backfill\(summary.runId.map { " run \($0)" } ?? "")\(summary.resumed ? " (resumed)" : "")\(dryRun ? " (dry run)" : "")\(window): "
             + "\(summary.counts.pages) page(s), fetched \(summary.counts.fetched), produced \(summary.counts.produced), already in the ledger \(summary.counts.alreadyStored), new \(summary.counts.newNotifications)"
-            + (summary.unknownSendAttemptResults > 0 ? ", \(summary.unknownSendAttemptResults) unknown send-attempt result(s) kept raw" : ""))
+            + (summary.unknownSendAttemptResults > 0 ? ", \(summary.unknownSendAttemptResults) unknown send-attempt result(s) kept raw" : "")
+            + (summary.erasedHeldBack > 0 ? ", \(summary.erasedHeldBack) about erased customers held back" : ""))
     }
 
     static func parseType(_ text: String) throws -> (type: String, subtype: String?) {

@@ -74,11 +74,14 @@ struct CustomersCommand: AsyncParsableCommand {
 
         @OptionGroup var connection: ConnectionOptions
         @Option(help: "The erasure's request id.") var requestId: String
+        @Option(help: "The app (request ids are scoped by app); without it, the newest erasure with this id.") var bundleId: String?
         @Flag(help: "Print JSON.") var json = false
 
         func run() async throws {
-            let id = requestId
-            guard let report = try await connection.withMigratedStore({ store in try await ErasureStore(client: store.client, logger: toolLogger).report(requestId: id) }) else {
+            let (id, bundleId) = (requestId, bundleId)
+            guard let report = try await connection.withMigratedStore({ store in
+                try await ErasureStore(client: store.client, logger: toolLogger).report(requestId: id, bundleId: bundleId)
+            }) else {
                 throw ToolFailure("no erasure with request id \(UntrustedText.quoted(requestId, limit: 70))")
             }
             printReport(report, json: json)

@@ -64,6 +64,7 @@ func printPullSummary(_ summary: PullSummary, command: String, json: Bool) {
     for change in summary.changes { print("  \(change.originalTransactionId): \(text(change.before)) → \(text(change.after))") }
     for unknown in summary.unknownIds { print("  unknown to Apple: \(unknown.id) (\(unknown.code.map(String.init) ?? "?"))") }
     if summary.incompleteItems > 0 { print("  \(summary.incompleteItems) statuses item(s) without a signed transaction or status, left out") }
+    if summary.erasedHeldBack > 0 { print("  \(summary.erasedHeldBack) record(s) about erased customers held back (not produced)") }
     if summary.notApplied > 0 { print("  \(summary.notApplied) snapshot(s) not yet stored by the workers when the wait ended (they will be; check `pipelinectl lag`)") }
 }
 
@@ -80,7 +81,7 @@ func withPullServices<T: Sendable>(
         let result = try await operations.withStore(logger: toolLogger) { store in
             let pending = try await store.pendingMigrations()
             guard pending.isEmpty else { throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first") }
-            return try await body(api, PulledRecordProducer(producer: producer, topic: operations.topic), store)
+            return try await body(api, PulledRecordProducer(producer: producer, topic: operations.topic, erasures: store), store)
         }
         await producer.close()
         await api.shutdown()

@@ -18,9 +18,15 @@ struct RetentionCommand: AsyncParsableCommand {
         func run() async throws {
             let policy = try RetentionPolicy.fromEnvironment(EnvironmentReader())
             if json {
-                printJSON(.object(JSONObject(members: policy.stores.map { .init(key: $0.store, value: $0.days.map { .number(JSONNumber(Int64($0))) } ?? .string("keep")) })))
+                printJSON(.object(JSONObject(members: policy.stores.map { store in
+                    // Days, as before; a limit of part days (WEBHOOK_DELIVERY_RETENTION=36h) as a decimal number of days.
+                    .init(key: store.store, value: store.limit.map { limit in
+                        let seconds = limit.components.seconds
+                        return .number(seconds % 86_400 == 0 ? JSONNumber(seconds / 86_400) : JSONNumber(literal: String(format: "%.4f", Double(seconds) / 86_400)))
+                    } ?? .string("keep"))
+                })))
             } else {
-                for store in policy.stores { print("\(store.store): \(store.days.map { "\($0) days" } ?? "kept") (\(store.variable))") }
+                for store in policy.stores { print("\(store.store): \(RetentionPolicy.describe(store.limit)) (\(store.variable))") }
             }
         }
     }

@@ -3,7 +3,7 @@ import ServiceRuntime
 
 // worker: read configuration, build, run (ServiceProcess). Logic lives in NotificationWorker. A fatal consumer
 // error (or another service's failure) exits non-zero, so the orchestrator replaces the process.
-await ServiceProcess.run(name: "worker") { logger, registry in
+await ServiceProcess.run(name: "worker", help: WorkerConfiguration.help) { logger, registry in
     let configuration = try WorkerConfiguration.fromEnvironment()
     let services = try buildWorkerServices(configuration: configuration, registry: registry, logger: logger)
     return .init(services: services.services, metadata: [

@@ -428,7 +428,7 @@ struct DeploymentConsistencyTests {
         ingest.request(status: 200)
         let worker = WorkerMetrics(registry: registry)
         worker.records("applied", 1)
-        worker.notificationType(nil)
+        worker.notificationType(label: "unknown")
         worker.unknownValue(field: "f")
         worker.deadLettered(code: "c")
         worker.retry(step: "s")

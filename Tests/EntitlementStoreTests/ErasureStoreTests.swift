@@ -7,6 +7,7 @@ import TestSigning
 import TestSupport
 import Testing
 import PipelineTestSupport
+import ServiceRuntime
 
 /// Erasure against a real PostgreSQL: customer A erased, customer B untouched, A kept erased through a replay and
 /// back after a renewal signed later; the worker refuses to guess without the key; the prune job.
@@ -233,6 +234,60 @@ struct ErasureStoreTests: MintedSuite {
             policy.archiveDays = nil
             let kept = try await retention.prune(policy, now: Date().addingTimeInterval(10 * 365 * 86_400))
             #expect(kept["notification_archive"] == nil, "the archive is kept by default")
+        }
+    }
+
+    @Test("the prune job covers the webhook delivery log with its attempts and the published outbox (WEBHOOK_DELIVERY_RETENTION, EVENTS_OUTBOX_RETENTION)")
+    func retentionCoversWebhooksAndOutbox() async throws {
+        try await withMigratedStore("retention-webhooks", logger: Self.logger) { _, client in
+            try await client.query(
+                "INSERT INTO webhook_endpoints (id, url, secret) VALUES ('we_1', 'https://example.com/hook', 'whsec_x')", logger: Self.logger)
+            // Four finished deliveries aged 5 days (two attempts each), one finished an hour ago, one pending aged 5 days.
+            for (index, status, age) in [(0, "delivered", "5 days"), (1, "dead", "5 days"), (2, "delivered", "5 days"), (3, "delivered", "5 days"),
+                                         (4, "delivered", "1 hour"), (5, "pending", "5 days")] {
+                let finished = status == "pending" ? "NULL" : "now() - interval '\(age)'"
+                try await client.query(PostgresQuery(unsafeSQL: """
+                    WITH d AS (
+                        INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, status,
+                            created_at, finished_at)
+                        VALUES ('we_1', 'ev_\(index)', 'subscription.renewed', '1000', now(), 0, \(index), '{}', '\(status)', now() - interval '\(age)', \(finished))
+                        RETURNING id)
+                    INSERT INTO webhook_attempts (delivery_id, latency_ms) SELECT id, 5 FROM d CROSS JOIN generate_series(1, 2)
+                    """), logger: Self.logger)
+            }
+            // Three published events aged 10 days, one published today, one never published (aged 10 days).
+            for (index, published) in [(0, "now() - interval '10 days'"), (1, "now() - interval '10 days'"), (2, "now() - interval '10 days'"),
+                                       (3, "now()"), (4, "NULL")] {
+                try await client.query(PostgresQuery(unsafeSQL: """
+                    INSERT INTO entitlement_events_outbox (event_id, event_type, source, subject, event_time, environment, bundle_id, data, created_at, published_at)
+                    VALUES ('oe_\(index)', 'subscription.renewed', 's', '1000', now(), 'Production', 'b', '{}', now() - interval '10 days', \(published))
+                    """), logger: Self.logger)
+            }
+            var policy = try RetentionPolicy.fromEnvironment(EnvironmentReader(["WEBHOOK_DELIVERY_RETENTION": "2d", "EVENTS_OUTBOX_RETENTION": "7d"]))
+            #expect(policy.stores.contains { $0.store == "webhook_deliveries" && $0.limit == .seconds(2 * 86_400) })
+            var retention = RetentionStore(client: client, logger: Self.logger)
+            retention.batchSize = 3
+            let counted = try await retention.prune(policy, dryRun: true)
+            #expect(counted["webhook_deliveries"] == 4 && counted["webhook_attempts"] == 8 && counted["entitlement_events_outbox"] == 3, "\(counted)")
+            let deleted = try await retention.prune(policy)
+            #expect(deleted["webhook_deliveries"] == 4 && deleted["webhook_attempts"] == 8 && deleted["entitlement_events_outbox"] == 3, "\(deleted)")
+            var left: [String] = []
+            for try await id in try await client.query("SELECT event_id FROM webhook_deliveries ORDER BY event_id", logger: Self.logger).decode(String.self) {
+                left.append(id)
+            }
+            #expect(left == ["ev_4", "ev_5"], "the recent and the pending deliveries stay")
+            var attempts = 0
+            for try await count in try await client.query("SELECT count(*) FROM webhook_attempts", logger: Self.logger).decode(Int64.self) { attempts = Int(count) }
+            #expect(attempts == 4)
+            var events: [String] = []
+            for try await id in try await client.query("SELECT event_id FROM entitlement_events_outbox ORDER BY event_id", logger: Self.logger).decode(String.self) {
+                events.append(id)
+            }
+            #expect(events == ["oe_3", "oe_4"], "the recent and the unpublished events stay")
+            policy.webhookDeliveries = nil
+            policy.publishedEvents = nil
+            let kept = try await retention.prune(policy, now: Date().addingTimeInterval(365 * 86_400))
+            #expect(kept["webhook_deliveries"] == nil && kept["entitlement_events_outbox"] == nil, "keep keeps")
         }
     }
 }

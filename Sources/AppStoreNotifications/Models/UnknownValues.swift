@@ -9,13 +9,24 @@ public struct UnknownValue: Sendable, Hashable {
 }
 
 extension VerifiedNotification {
+    /// The `notificationType`s of the records this pipeline makes itself (`PulledRecordKind`), not Apple's.
+    public static let pipelineRecordTypes: Set<String> = [
+        StatusSnapshotDocument.notificationType, SignedPayloadVerifier.historyTransactionType, EntitlementEventCause.purchaseType,
+    ]
+
+    /// Whether this record is one of ours (a pulled snapshot, a history transaction, a purchase posted to the
+    /// customer API) rather than one of Apple's notifications.
+    public var isPipelineRecord: Bool { payload.rawNotificationType.map(Self.pipelineRecordTypes.contains) ?? false }
+
     /// Every enum-like field, top-level and nested, whose raw value is not a known case.
     public var unknownValues: [UnknownValue] {
         var unknown: [UnknownValue] = []
         func check<Raw: CustomStringConvertible, Known>(_ field: String, _ raw: Raw?, _ known: Known?) {
             if let raw, known == nil { unknown.append(UnknownValue(field: field, rawValue: raw.description)) }
         }
-        check("notificationType", payload.rawNotificationType, payload.notificationType)
+        // Our own record kinds (a purchase posted to the customer API, a pulled snapshot or history transaction)
+        // carry a type of ours, not Apple's: known by definition, never reported as Apple's unknown value.
+        if !isPipelineRecord { check("notificationType", payload.rawNotificationType, payload.notificationType) }
         check("subtype", payload.rawSubtype, payload.subtype)
         if let data = payload.data {
             check("data.environment", data.rawEnvironment, data.environment)
