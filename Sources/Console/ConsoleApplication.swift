@@ -21,7 +21,8 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
     let appStore = try shared.appStoreClients(maximumWait: .seconds(5), logger: logger)
     let entitlements = EntitlementStore(client: postgres, logger: logger, erasureKey: shared.erasureKey)
-    let actions = ConsoleActions(producer: producer, topic: shared.topic, appStore: appStore, entitlements: entitlements, logger: logger)
+    let actions = ConsoleActions(
+        producer: producer, topic: shared.topic, deadLetterTopic: shared.deadLetterTopic, appStore: appStore, entitlements: entitlements, logger: logger)
     let pages = ConsolePages(
         configuration: configuration, store: entitlements.console, actions: actions, metrics: ConsoleMetrics(registry: registry), logger: logger,
         limiter: LoginLimiter(window: configuration.loginWindow))

@@ -27,10 +27,11 @@ extension ConsolePages {
                 operatorEmail: session.email, action: "redrive", reason: reason, bundleId: claimed[0].isEmpty ? nil : claimed[0],
                 originalTransactionId: claimed[1].isEmpty ? nil : claimed[1], detail: JSONObject(["positions": .array(group.map { .string($0.position) })]))
         }
-        try await actions.redrive(letters.map { ($0.position, $0.key, $0.payload, $0.traceparent) })
+        let outcome = try await actions.redrive(letters)
         metrics.action("redrive", outcome: "ok")
-        logger.info("console re-drive", metadata: ["operator": "\(session.email)", "records": "\(letters.count)"])
-        return try await deadLettersPage(request, session, acted: "Re-drove \(letters.count) dead letter(s) to \(actions.topic).")
+        logger.info("console re-drive", metadata: ["operator": "\(session.email)", "records": "\(outcome.redriven)", "held_back": "\(outcome.erasedHeldBack)"])
+        let held = outcome.erasedHeldBack > 0 ? " \(outcome.erasedHeldBack) about erased customers held back." : ""
+        return try await deadLettersPage(request, session, acted: "Re-drove \(outcome.redriven) dead letter(s) to \(actions.topic).\(held)")
     }
 
     func subscriptionAction(_ request: Request, bundle: String, id: String, _ session: OperatorSession) async throws -> Response {
@@ -108,6 +109,8 @@ extension ConsolePages {
 struct ConsoleActions: Sendable {
     let producer: KafkaProducer
     let topic: String
+    /// The dead-letter topic, whose positions the re-drive log is keyed by.
+    let deadLetterTopic: String
     let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
     let entitlements: EntitlementStore
     /// `ERASURE_KEY_FILE`: without it the erase action is not offered.
@@ -116,19 +119,31 @@ struct ConsoleActions: Sendable {
 
     var canReconcile: Bool { !appStore.isEmpty }
 
-    /// Each stored payload produced again, keyed by the subscription it claims, with the re-drive headers of
-    /// `pipelinectl dlq redrive` (and `source: redrive`); each send waits for the broker's acknowledgement. With the
-    /// dead letter's `traceparent` (tracing was on when it was handled), the re-driven record continues its trace.
-    func redrive(_ letters: [(position: String, key: String?, payload: String, traceparent: String?)]) async throws {
+    /// Each stored dead letter re-driven exactly as `pipelinectl dlq redrive` re-drives the topic's record
+    /// (`RedriveRecord`: ingest's headers, the record kind and the trace context kept, the re-drive count carried on)
+    /// and written to the same re-drive log, so neither re-drives it again. Dead letters recorded before migration 20
+    /// have no stored headers: they are re-driven with the re-drive headers and their `traceparent` only. Those about
+    /// an erased customer are held back. Each send waits for the broker's acknowledgement.
+    func redrive(_ letters: [StoredDeadLetter]) async throws -> (redriven: Int, erasedHeldBack: Int) {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        for letter in letters {
-            var headers = [
-                KafkaHeader(key: RedriveHeader.from, string: letter.position), KafkaHeader(key: RedriveHeader.at, string: String(now)),
-                KafkaHeader(key: NotificationRecordHeader.source, string: "redrive"),
-            ]
-            if let traceparent = letter.traceparent { headers.append(KafkaHeader(key: TraceParent.header, string: traceparent)) }
-            _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: letter.key.map { Array($0.utf8) }, value: Array(letter.payload.utf8), headers: headers))
+        let held = try await entitlements.erased(letters.map(\.erasureClaim))
+        let redriven = try await entitlements.redrivenDeadLetters(topic: deadLetterTopic)
+        var count = 0
+        for (index, letter) in letters.enumerated() where !held.contains(index) {
+            if let from = letter.deadLetterPosition, redriven.contains(from) { continue }
+            var headers = letter.deadLetterHeaders.map { KafkaHeader(key: $0.key, value: $0.value) }
+            if headers.isEmpty, let traceparent = letter.traceparent { headers.append(KafkaHeader(key: TraceParent.header, string: traceparent)) }
+            let record = RedriveRecord.make(
+                value: Array(letter.payload.utf8), key: letter.key.map { Array($0.utf8) }, deadLetterHeaders: headers,
+                from: letter.deadLetterPosition?.description ?? letter.position, to: topic, now: now)
+            let report = try await producer.sendAndAwait(record)
+            if let from = letter.deadLetterPosition {
+                try await entitlements.recordRedrive(
+                    from: from, errorCode: letter.errorCode, to: RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset))
+            }
+            count += 1
         }
+        return (count, held.count)
     }
 
     /// Apple's refusal of a reconcile, with the environment and Apple's code.

@@ -245,19 +245,32 @@ extension ConsoleStore {
             """)
     }
 
-    /// The stored payloads and claims of dead letters at `positions` (`topic:partition:offset`), for a re-drive.
-    public func deadLetterPayloads(_ positions: [String]) async throws -> [(position: String, bundleId: String?, key: String?, payload: String, traceparent: String?)] {
+    /// The stored dead letters at these original positions (`topic:partition:offset`), with what a re-drive needs:
+    /// the payload, the key it was produced under (the subscription it claims), and, for dead letters recorded since
+    /// migration 20, the dead letter's own position and headers (`RedriveRecord` builds the same record from them as
+    /// `pipelinectl dlq redrive` does from the topic).
+    public func deadLetterPayloads(_ positions: [String]) async throws -> [StoredDeadLetter] {
         let rows = try await client.query(
             """
             SELECT x.original_topic || ':' || x.original_partition || ':' || x.original_offset, x.bundle_id, x.original_transaction_id, x.payload,
-                x.traceparent
+                x.traceparent, x.error_code, x.dead_letter_topic, x.dead_letter_partition, x.dead_letter_offset, x.dead_letter_headers::text
             FROM dead_lettered_records x
             WHERE x.original_topic || ':' || x.original_partition || ':' || x.original_offset = ANY(\(positions)::text[]) AND x.payload IS NOT NULL
             """,
             logger: logger)
-        var found: [(String, String?, String?, String, String?)] = []
-        for try await (position, bundle, key, payload, traceparent) in rows.decode((String, String?, String?, String, String?).self) {
-            found.append((position, bundle, key, payload, traceparent))
+        var found: [StoredDeadLetter] = []
+        for try await (position, bundle, key, payload, traceparent, code, topic, partition, offset, headers) in rows.decode(
+            (String, String?, String?, String, String?, String, String?, Int32?, Int64?, String?).self)
+        {
+            var letter = StoredDeadLetter(position: position, bundleId: bundle, key: key, payload: payload, traceparent: traceparent, errorCode: code)
+            if let topic, let partition, let offset { letter.deadLetterPosition = RecordPosition(topic: topic, partition: partition, offset: offset) }
+            if let headers, case .array(let items)? = try? StrictJSONParser(maximumDepth: 4).parse(Array(headers.utf8)) {
+                letter.deadLetterHeaders = items.compactMap { item in
+                    guard let object = item.objectValue, let key = object["k"]?.stringValue else { return nil }
+                    return StoredHeader(key: key, value: object["v"]?.stringValue.flatMap { Base64.decode($0, alphabet: .standard) })
+                }
+            }
+            found.append(letter)
         }
         return found
     }
@@ -304,4 +317,24 @@ public enum ConsolePaths {
     public static func subscription(bundle: String, id: String) -> String { "/apps/\(component(bundle))/subscriptions/\(component(id))" }
     public static func customer(bundle: String, customerId: String) -> String { "/apps/\(component(bundle))/customers/\(component(customerId))" }
     public static func notification(_ uuid: String) -> String { "/notifications/\(component(uuid))" }
+}
+
+/// A dead letter as PostgreSQL keeps it, for the console's re-drive.
+public struct StoredDeadLetter: Sendable {
+    /// The original record's position, `topic:partition:offset`.
+    public var position: String
+    public var bundleId: String?
+    public var key: String?
+    public var payload: String
+    public var traceparent: String?
+    public var errorCode: String
+    public var deadLetterPosition: RecordPosition?
+    public var deadLetterHeaders: [StoredHeader] = []
+
+    /// What it claims, for the erasure screen.
+    public var erasureClaim: ErasureClaim? {
+        var record = DeadLetteredRecord(position: RecordPosition(topic: "", partition: 0, offset: 0), errorCode: errorCode, payload: Array(payload.utf8))
+        if let bundleId { record.claims.bundleId = bundleId }
+        return record.erasureClaim
+    }
 }

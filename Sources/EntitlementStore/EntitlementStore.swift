@@ -65,6 +65,17 @@ public struct StoredNotification: Sendable {
     }
 }
 
+/// A Kafka record header as the store keeps it (the store does not link the Kafka client).
+public struct StoredHeader: Sendable, Hashable {
+    public var key: String
+    public var value: [UInt8]?
+
+    public init(key: String, value: [UInt8]?) {
+        self.key = key
+        self.value = value
+    }
+}
+
 /// A record of the batch that was dead-lettered: where it was read, and why.
 public struct DeadLetteredRecord: Sendable, Hashable {
     public var position: RecordPosition
@@ -81,6 +92,10 @@ public struct DeadLetteredRecord: Sendable, Hashable {
     public var traceparent: String?
     /// Its trace id.
     public var traceId: String? { traceparent.flatMap(TraceParent.traceId) }
+    /// Where the dead letter itself was acknowledged on the dead-letter topic, and its headers as produced (values
+    /// as bytes), so the console re-drives it exactly as `pipelinectl dlq redrive` re-drives the topic's record.
+    public var deadLetterPosition: RecordPosition?
+    public var deadLetterHeaders: [StoredHeader] = []
 
     /// Its row for `dead_lettered_records` (jsonb refuses U+0000, which attacker text may hold: dropped).
     var row: JSONValue {
@@ -90,6 +105,11 @@ public struct DeadLetteredRecord: Sendable, Hashable {
             "c": text(errorCode), "r": text(reason), "u": text(claims.notificationUUID), "nt": text(claims.notificationType), "b": text(claims.bundleId),
             "ot": text(claims.originalTransactionId), "ra": receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null, "pl": text(payload),
             "rd": .bool(redriven), "ti": text(traceId), "tp": text(traceparent),
+            "dt": text(deadLetterPosition?.topic), "dp": deadLetterPosition.map { .number(JSONNumber(Int64($0.partition))) } ?? .null,
+            "do": deadLetterPosition.map { .number(JSONNumber($0.offset)) } ?? .null,
+            "dh": deadLetterHeaders.isEmpty ? .null : .array(deadLetterHeaders.map { header in
+                .object(JSONObject(["k": .string(header.key), "v": header.value.map { .string(Base64.encode($0, alphabet: .standard)) } ?? .null]))
+            }),
         ]))
     }
 
@@ -298,10 +318,12 @@ public struct EntitlementStore: Sendable {
         try await connection.query(
             """
             INSERT INTO dead_lettered_records (original_topic, original_partition, original_offset, error_code, reason, notification_uuid,
-                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven, trace_id, traceparent)
-            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd, d.ti, d.tp
+                notification_type, bundle_id, original_transaction_id, received_at, payload, redriven, trace_id, traceparent,
+                dead_letter_topic, dead_letter_partition, dead_letter_offset, dead_letter_headers)
+            SELECT d.t, d.p, d.o, d.c, d.r, d.u, d.nt, d.b, d.ot, to_timestamp(d.ra / 1000.0), d.pl, d.rd, d.ti, d.tp, d.dt, d.dp, d."do", d.dh
             FROM jsonb_to_recordset(\(JSONValue.array(ordered.map(\.row)).serialized)::jsonb)
-                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean, ti text, tp text)
+                AS d(t text, p integer, o bigint, c text, r text, u text, nt text, b text, ot text, ra bigint, pl text, rd boolean, ti text, tp text,
+                     dt text, dp integer, "do" bigint, dh jsonb)
             ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,

@@ -21,5 +21,11 @@ extension Migrations {
         "CREATE INDEX transaction_history_revisions_by_transaction ON transaction_history_revisions (bundle_id, transaction_id)",
         "CREATE INDEX console_audit_by_lower_customer ON console_audit (lower(customer_id)) WHERE customer_id IS NOT NULL",
         "CREATE INDEX transactions_by_bundle_subscription ON transactions (bundle_id, original_transaction_id)",
+        // The console re-drives a dead letter exactly as `pipelinectl dlq redrive` does: it needs the dead letter's
+        // own position (for the one re-drive log) and its headers (ingest's, the record kind, the re-drive count).
+        """
+        ALTER TABLE dead_lettered_records ADD COLUMN dead_letter_topic text, ADD COLUMN dead_letter_partition integer,
+            ADD COLUMN dead_letter_offset bigint, ADD COLUMN dead_letter_headers jsonb
+        """,
     ])
 }

@@ -234,16 +234,24 @@ public final class NotificationWorker: Service, Sendable {
             }
             let producer = deadLetters
             let letters = pendingDeadLetters
-            let delivered = await withTaskGroup(of: Int?.self) { group in
+            let delivered = await withTaskGroup(of: (Int, KafkaDeliveryReport)?.self) { group in
                 for (index, letter) in letters.enumerated() {
-                    group.addTask { (try? await producer.sendAndAwait(letter.letter)).map { _ in index } }
+                    group.addTask { (try? await producer.sendAndAwait(letter.letter)).map { (index, $0) } }
                 }
-                var delivered: Set<Int> = []
-                for await index in group { if let index { delivered.insert(index) } }
+                var delivered: [Int: KafkaDeliveryReport] = [:]
+                for await result in group { if let (index, report) = result { delivered[index] = report } }
                 return delivered
             }
-            published += letters.enumerated().filter { delivered.contains($0.offset) }.map(\.element.record)
-            pendingDeadLetters = letters.enumerated().filter { !delivered.contains($0.offset) }.map(\.element)
+            // Each published dead letter keeps where it landed and its headers, so the console re-drives it as
+            // `pipelinectl dlq redrive` would (the same record, the same re-drive log).
+            for (index, report) in delivered {
+                var record = letters[index].record
+                record.deadLetterPosition = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
+                record.deadLetterHeaders = letters[index].letter.headers.map { StoredHeader(key: $0.key, value: $0.value) }
+                published.append(record)
+                if let at = deadLettered.firstIndex(where: { $0.position == record.position }) { deadLettered[at] = record }
+            }
+            pendingDeadLetters = letters.enumerated().filter { delivered[$0.offset] == nil }.map(\.element)
             if !pendingDeadLetters.isEmpty { throw DeadLetterNotAcknowledged(count: pendingDeadLetters.count) }
         }) else { return abandoned() }
         for record in published {

@@ -37,6 +37,11 @@ public struct DeadLetter: Sendable {
 
     /// When it was dead-lettered: the failed-at header, else the record's timestamp.
     public var time: Int64 { failedAt ?? record.timestamp ?? 0 }
+
+    /// What it claims, for the erasure screen (`DeadLetteredRecord.erasureClaim`: any erasure holds it back).
+    public var erasureClaim: ErasureClaim? {
+        DeadLetteredRecord(position: position, errorCode: errorCode, payload: record.value).erasureClaim
+    }
 }
 
 /// The dead letters matching filters, taken one record at a time: what `dlq list` and `dlq redrive` keep is
@@ -88,18 +93,10 @@ public struct DeadLetterScan: Sendable {
 }
 
 public enum DeadLetterOperations {
-    /// The record to re-publish: value and key unchanged, ingest's headers kept, the worker's error headers
-    /// dropped (a new failure adds fresh ones), and the re-drive recorded.
+    /// The record to re-publish (`RedriveRecord`, the console's too).
     public static func redriveRecord(_ letter: DeadLetter, to topic: String, now: Int64) -> KafkaProducerMessage {
-        let dropped = Set([
-            DeadLetterHeader.errorCode, DeadLetterHeader.errorReason, DeadLetterHeader.errorCause, DeadLetterHeader.originalTopic,
-            DeadLetterHeader.originalPartition, DeadLetterHeader.originalOffset, DeadLetterHeader.originalTimestamp, DeadLetterHeader.consumerGroup,
-            DeadLetterHeader.failedAt, DeadLetterHeader.attempt, RedriveHeader.from, RedriveHeader.at, RedriveHeader.count,
-        ])
-        var headers = letter.record.headers.filter { !dropped.contains($0.key) }
-        headers.append(KafkaHeader(key: RedriveHeader.from, string: letter.position.description))
-        headers.append(KafkaHeader(key: RedriveHeader.at, string: String(now)))
-        headers.append(KafkaHeader(key: RedriveHeader.count, string: String(letter.redriveCount + 1)))
-        return KafkaProducerMessage(topic: topic, key: letter.record.key, value: letter.record.value, headers: headers)
+        RedriveRecord.make(
+            value: letter.record.value, key: letter.record.key, deadLetterHeaders: letter.record.headers, from: letter.position.description, to: topic, now: now)
     }
+
 }

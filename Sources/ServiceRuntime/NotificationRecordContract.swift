@@ -69,6 +69,28 @@ public enum RedriveHeader {
     public static func isRedriven(_ headers: [KafkaHeader]) -> Bool { headers.string(from) != nil }
 }
 
+/// The one re-drive of a dead letter, for `pipelinectl dlq redrive` (from the dead-letter topic) and the console
+/// (from the dead letter's copy in PostgreSQL, which keeps its headers): the value and key unchanged, the original
+/// record's headers kept (ingest's, the record kind, the trace context), the worker's error headers dropped (a new
+/// failure adds fresh ones), and `redriven-from`, `redriven-at` and `redrive-count` set.
+public enum RedriveRecord {
+    public static func make(
+        value: [UInt8], key: [UInt8]?, deadLetterHeaders: [KafkaHeader], from deadLetter: String, to topic: String, now: Int64
+    ) -> KafkaProducerMessage {
+        let dropped = Set([
+            DeadLetterHeader.errorCode, DeadLetterHeader.errorReason, DeadLetterHeader.errorCause, DeadLetterHeader.originalTopic,
+            DeadLetterHeader.originalPartition, DeadLetterHeader.originalOffset, DeadLetterHeader.originalTimestamp, DeadLetterHeader.consumerGroup,
+            DeadLetterHeader.failedAt, DeadLetterHeader.attempt, RedriveHeader.from, RedriveHeader.at, RedriveHeader.count,
+        ])
+        let count = deadLetterHeaders.string(RedriveHeader.count).flatMap(Int.init) ?? 0
+        var headers = deadLetterHeaders.filter { !dropped.contains($0.key) }
+        headers.append(KafkaHeader(key: RedriveHeader.from, string: deadLetter))
+        headers.append(KafkaHeader(key: RedriveHeader.at, string: String(now)))
+        headers.append(KafkaHeader(key: RedriveHeader.count, string: String(count + 1)))
+        return KafkaProducerMessage(topic: topic, key: key, value: value, headers: headers)
+    }
+}
+
 /// Produces what the pull side fetched to the notifications topic, as ingest produces notifications (acks=all,
 /// idempotent, keyed by originalTransactionId so a subscription's records stay in order), with `record-kind`.
 public struct PulledRecordProducer: Sendable {

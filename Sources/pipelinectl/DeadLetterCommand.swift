@@ -127,6 +127,11 @@ struct DeadLetterCommand: AsyncParsableCommand {
                                 summary.alreadyRedriven += 1
                                 return
                             }
+                            // A dead letter about an erased customer is never produced again (docs/privacy.md).
+                            guard try await store.erased([letter.erasureClaim]).isEmpty else {
+                                summary.erasedHeldBack += 1
+                                return
+                            }
                             guard let producer else {
                                 summary.wouldRedrive.append((letter.position, letter.errorCode))
                                 return
@@ -150,6 +155,7 @@ struct DeadLetterCommand: AsyncParsableCommand {
                 printJSON(.object(JSONObject([
                     "matched": .number(JSONNumber(Int64(summary.matched))), "alreadyRedriven": .number(JSONNumber(Int64(summary.alreadyRedriven))),
                     "redriven": .number(JSONNumber(Int64(summary.redriven.count))), "dryRun": .bool(dryRun),
+                    "erasedHeldBack": .number(JSONNumber(Int64(summary.erasedHeldBack))),
                     "wouldRedrive": .array(summary.wouldRedrive.map { .string($0.0.description) }),
                     "records": .array(summary.redriven.map { from, code, to in
                         .object(JSONObject(["from": .string(from.description), "to": .string(to.description), "errorCode": .string(code)]))
@@ -157,7 +163,8 @@ struct DeadLetterCommand: AsyncParsableCommand {
                 ])))
                 return
             }
-            print("\(summary.matched) dead letter(s) match, \(summary.alreadyRedriven) already re-driven")
+            print("\(summary.matched) dead letter(s) match, \(summary.alreadyRedriven) already re-driven"
+                + (summary.erasedHeldBack > 0 ? ", \(summary.erasedHeldBack) about erased customers held back" : ""))
             if dryRun {
                 for (position, code) in summary.wouldRedrive { print("would re-drive \(position.description) (\(code))") }
             } else {
@@ -174,6 +181,7 @@ struct RedriveSummary: Sendable {
     static let lockKey: Int64 = 0x7265_6472
     var matched = 0
     var alreadyRedriven = 0
+    var erasedHeldBack = 0
     var wouldRedrive: [(RecordPosition, String)] = []
     var redriven: [(RecordPosition, String, RecordPosition)] = []
 }
