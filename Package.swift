@@ -95,7 +95,7 @@ let package = Package(
         // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
         .target(
             name: "AppStoreServerAPI",
-            dependencies: ["AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1]
+            dependencies: ["AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1, tracing]
         ),
         // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
         .target(
@@ -262,7 +262,14 @@ let package = Package(
 for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
-    let extra: [Target.Dependency] = name == "NotificationWorkerTests" ? ["OCSPTestResponder"] : []
+    let extra: [Target.Dependency] = switch name {
+    case "NotificationWorkerTests": ["OCSPTestResponder"]
+    // In-process router tests: Hummingbird's test client, and the in-memory tracer for what spans record.
+    case "CustomerAPITests": [
+        .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "InMemoryTracing", package: "swift-distributed-tracing"), "ServiceRuntime",
+    ]
+    default: []
+    }
     package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO] + extra))
 }
 

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Tracing
 
 /// The App Store Server API over AsyncHTTPClient: JWT auth, Apple's errors as `AppStoreServerAPIError`, retries
 /// with backoff and jitter that honour `Retry-After`, and a per-app rate limiter. Every call has a deadline.
@@ -35,6 +36,9 @@ public final class AppStoreServerAPIClient: Sendable {
         httpConfiguration.redirectConfiguration = .disallow
         // A refused connection surfaces at once; our retry policy (backoff, jitter, bounds) decides what happens next.
         httpConfiguration.connectionPool.retryConnectionEstablishment = false
+        // AsyncHTTPClient's own client spans record `url.full` (transaction and order ids in Apple's paths): off; each
+        // call is our client span instead, named by its route template (`once`).
+        httpConfiguration.tracing.tracer = nil
         self.httpClient = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
         self.logger = logger
         self.onRetry = onRetry
@@ -141,7 +145,25 @@ public final class AppStoreServerAPIClient: Sendable {
         return max(floor, .zero) + .milliseconds(Int64.random(in: 0...100))
     }
 
+    /// One request as a client span named by its route template (`GET /inApps/v1/subscriptions/{transactionId}`):
+    /// the host, the method, the template and the status; never the path's values or a query (docs/tracing.md).
     func once(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?) async throws -> JSONObject {
+        try await withSpan(endpoint, ofKind: .client) { span in
+            span.attributes["http.request.method"] = method.rawValue
+            span.attributes["server.address"] = URL(string: configuration.baseURL)?.host
+            span.attributes["url.template"] = String(endpoint.split(separator: " ", maxSplits: 1).last ?? "")
+            do {
+                return try await request(method, path, endpoint: endpoint, bundleId: bundleId, body: body)
+            } catch let error as AppStoreServerAPIError {
+                if let status = error.httpStatus { span.attributes["http.response.status_code"] = status }
+                if let code = error.errorCode { span.attributes["appstore.error_code"] = Int(code) }
+                span.setStatus(.init(code: .error, message: "\(error.kind)"))
+                throw error
+            }
+        }
+    }
+
+    func request(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?) async throws -> JSONObject {
         var request = HTTPClientRequest(url: configuration.baseURL + path)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer " + signer.token(bundleId: bundleId))

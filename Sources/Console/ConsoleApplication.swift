@@ -23,13 +23,20 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     let entitlements = EntitlementStore(client: postgres, logger: logger, erasureKey: shared.erasureKey)
     let actions = ConsoleActions(
         producer: producer, topic: shared.topic, deadLetterTopic: shared.deadLetterTopic, appStore: appStore, entitlements: entitlements, logger: logger)
+    let metrics = ConsoleMetrics(registry: registry)
     let pages = ConsolePages(
-        configuration: configuration, store: entitlements.console, actions: actions, metrics: ConsoleMetrics(registry: registry), logger: logger,
+        configuration: configuration, store: entitlements.console, actions: actions, metrics: metrics, logger: logger,
         limiter: LoginLimiter(window: configuration.loginWindow))
     let router = Router(context: ConsoleRequestContext.self)
     pages.register(on: router)
+    // The connection guard ingest and the customer API use: idle connections closed, a request's head and body due
+    // within the request timeout (408), bodies bounded (the largest form is a re-drive's selection).
+    let limits = HTTPConnectionLimits(
+        idleTimeoutMilliseconds: Int(configuration.idleTimeout.components.seconds * 1000), requestTimeoutMilliseconds: Int(configuration.requestTimeout.components.seconds * 1000),
+        maximumBodyBytes: 256 * 1024, bodyTooLarge: (413, "bodyTooLarge"))
     let server = Application(
         router: router,
+        server: GuardedHTTP1Channel.builder(limits: limits) { status, _ in metrics.request(route: "connection", status: status) },
         configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "appstore-console"),
         logger: logger)
 

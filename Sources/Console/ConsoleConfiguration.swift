@@ -22,6 +22,16 @@ public struct ConsoleConfiguration: Sendable {
     /// `CONSOLE_TRUST_FORWARDED_FOR`: the client address is the first of `X-Forwarded-For` (set it only behind a
     /// proxy that writes that header), not the connection's peer.
     public var trustForwardedFor = false
+    /// `CONSOLE_TRUSTED_PROXIES`: our proxies' addresses or CIDR ranges (comma-separated). The client is the address
+    /// the nearest trusted proxy saw (`X-Forwarded-For` read from the right), never the header's client-written
+    /// leftmost entry. Empty with `CONSOLE_TRUST_FORWARDED_FOR`: the connection's peer is the one trusted proxy.
+    var trustedProxies: [AddressRange] = []
+    /// `CONSOLE_SESSION_MAX`: a session ends this long after sign-in, however busy (default 12h).
+    public var sessionMaximum: Duration = .seconds(12 * 3600)
+    /// `CONSOLE_IDLE_TIMEOUT` / `CONSOLE_REQUEST_TIMEOUT`: an idle connection is closed after the first (60s); a
+    /// request's head and body must arrive within the second (15s), or 408 (the guard ingest and the customer API use).
+    public var idleTimeout: Duration = .seconds(60)
+    public var requestTimeout: Duration = .seconds(15)
     public var loginWindow: Duration = .seconds(15 * 60)
     /// `CONSOLE_PAGE_SIZE`: timeline rows per page (50).
     public var pageSize = 50
@@ -36,7 +46,7 @@ public struct ConsoleConfiguration: Sendable {
 
     public static let environmentKeys = [
         "CONSOLE_HOST", "CONSOLE_PORT", "CONSOLE_OPS_PORT", "CONSOLE_SESSION_IDLE", "CONSOLE_ALLOW_HTTP", "CONSOLE_LOGIN_ATTEMPTS", "CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", "CONSOLE_LOGIN_WINDOW",
-        "CONSOLE_TRUST_FORWARDED_FOR",
+        "CONSOLE_TRUST_FORWARDED_FOR", "CONSOLE_TRUSTED_PROXIES", "CONSOLE_SESSION_MAX", "CONSOLE_IDLE_TIMEOUT", "CONSOLE_REQUEST_TIMEOUT",
         "CONSOLE_PAGE_SIZE", "CONSOLE_TRACE_URL",
     ] + PipelineSettings.environmentKeys
 
@@ -51,6 +61,15 @@ public struct ConsoleConfiguration: Sendable {
         configuration.loginAttemptsPerAddress = try environment.int("CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", default: configuration.loginAttemptsPerAddress, range: 1...100_000)
         configuration.trustForwardedFor = try environment.bool("CONSOLE_TRUST_FORWARDED_FOR", default: false)
         configuration.loginWindow = try environment.duration("CONSOLE_LOGIN_WINDOW", default: configuration.loginWindow)
+        for text in environment.list("CONSOLE_TRUSTED_PROXIES", default: []) {
+            guard let range = AddressRange(text) else {
+                throw ConfigurationError(variable: "CONSOLE_TRUSTED_PROXIES", reason: "\(UntrustedText.quoted(text, limit: 60)) is not an IP address or CIDR range")
+            }
+            configuration.trustedProxies.append(range)
+        }
+        configuration.sessionMaximum = try environment.duration("CONSOLE_SESSION_MAX", default: configuration.sessionMaximum)
+        configuration.idleTimeout = try environment.duration("CONSOLE_IDLE_TIMEOUT", default: configuration.idleTimeout)
+        configuration.requestTimeout = try environment.duration("CONSOLE_REQUEST_TIMEOUT", default: configuration.requestTimeout)
         configuration.pageSize = try environment.int("CONSOLE_PAGE_SIZE", default: configuration.pageSize, range: 5...500)
         if let template = environment.optionalString("CONSOLE_TRACE_URL") {
             guard template.contains("{traceId}"), template.hasPrefix("http://") || template.hasPrefix("https://") else {
@@ -70,7 +89,10 @@ public struct ConsoleConfiguration: Sendable {
           CONSOLE_ALLOW_HTTP                true: serve plain http (loopback); otherwise only behind TLS (X-Forwarded-Proto: https)
           CONSOLE_LOGIN_ATTEMPTS            failed logins per account in the window before 429 (10)
           CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS  and per client address (50)
-          CONSOLE_TRUST_FORWARDED_FOR       true: the client address is X-Forwarded-For's first (behind a proxy that sets it)
+          CONSOLE_TRUST_FORWARDED_FOR       true: behind one proxy, the client is the address it saw (X-Forwarded-For's last)
+          CONSOLE_TRUSTED_PROXIES           our proxies (addresses, CIDR ranges): the client is the address the nearest of them saw
+          CONSOLE_SESSION_MAX               a session ends this long after sign-in (12h)
+          CONSOLE_IDLE_TIMEOUT, CONSOLE_REQUEST_TIMEOUT   idle connections closed (60s); a request's head and body within (15s) or 408
           CONSOLE_LOGIN_WINDOW              that window (15m)
           CONSOLE_PAGE_SIZE                 timeline rows per page (50)
           CONSOLE_TRACE_URL                 a trace id's link, {traceId} standing for it (e.g. http://localhost:16686/trace/{traceId})

@@ -75,7 +75,7 @@ struct ConsolePages: Sendable {
     ) {
         router.on(path, method: method) { request, context in
             await respond(name, request) { _ in
-                guard let token = request.cookies[SessionCookie.name]?.value, let session = try await store.session(token: token, idle: configuration.sessionIdle) else {
+                guard let token = request.cookies[SessionCookie.name]?.value, let session = try await store.session(token: token, idle: configuration.sessionIdle, maximum: configuration.sessionMaximum) else {
                     if method == .get {
                         let next = request.uri.string
                         throw Refusal(status: .seeOther, code: "signIn", reason: "", headers: [.location: "/login?next=" + ConsolePaths.component(next)])
@@ -167,35 +167,61 @@ struct ConsolePages: Sendable {
         return html("Sign in", "login", values, nil, status: status)
     }
 
-    /// Only a local path: never another origin.
+    /// Only a path of this origin: it starts with one `/` (not `//` or `/\\`, which browsers read as another host),
+    /// and holds no backslash, space or control character (browsers drop a tab or a newline from a URL, so
+    /// `/<TAB>/evil.example` would become `//evil.example`), at most 2 000 bytes.
     static func safeNext(_ next: String) -> String {
-        next.hasPrefix("/") && !next.hasPrefix("//") && !next.contains("\\") ? next : "/"
+        let bytes = Array(next.utf8)
+        guard bytes.count <= 2_000, bytes.first == UInt8(ascii: "/"), bytes.count == 1 || (bytes[1] != UInt8(ascii: "/") && bytes[1] != UInt8(ascii: "\\")),
+            bytes.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: "\\") })
+        else { return "/" }
+        return next
+    }
+
+    /// A sign-in form posted from another site is refused (login CSRF: signing a victim into an attacker's account):
+    /// a browser's cross-origin POST always carries `Origin`, which must then be this console's own.
+    func checkOrigin(_ request: Request) throws {
+        guard let origin = request.headers[.origin] else { return }
+        let host = request.headers[HTTPField.Name("X-Forwarded-Host")!].flatMap { configuration.trustForwardedFor || !configuration.trustedProxies.isEmpty ? $0 : nil }
+            ?? request.head.authority ?? ""
+        let accepted = ["http://" + host, "https://" + host]
+        guard accepted.contains(origin.lowercased()) || accepted.contains(origin) else {
+            throw Refusal(status: .forbidden, code: "crossOrigin", reason: "This form was posted from another site (Origin \(UntrustedText.quoted(origin, limit: 100))).")
+        }
     }
 
     func login(_ request: Request, _ context: ConsoleRequestContext) async throws -> Response {
+        try checkOrigin(request)
         let body = try await form(request)
-        let email = (body["email"] ?? "").trimmingCharacters(in: .whitespaces).lowercased()
+        let email = String((body["email"] ?? "").trimmingCharacters(in: .whitespaces).lowercased().prefix(254))
         let password = body["password"] ?? ""
-        let forwarded = configuration.trustForwardedFor ? request.headers[HTTPField.Name("X-Forwarded-For")!]?.split(separator: ",").first.map { $0.trimmingCharacters(in: .whitespaces) } : nil
-        let address = forwarded ?? context.remoteAddress?.ipAddress ?? "unknown"
-        let (addressKey, accountKey) = ("address:" + address, "account:" + email)
-        if let wait = limiter.retryAfter(addressKey, limit: configuration.loginAttemptsPerAddress) ?? limiter.retryAfter(accountKey, limit: configuration.loginAttempts) {
+        let address = ClientAddress(trustedProxies: configuration.trustedProxies, trustForwardedFor: configuration.trustForwardedFor).resolve(
+            peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[HTTPField.Name("X-Forwarded-For")!])
+        let (addressKey, pairKey, accountKey) = ("address:" + address, "pair:\(email)|\(address)", "account:" + email)
+        // The attempt takes its place before the password is checked: concurrent attempts count as they start.
+        let ticket: LoginLimiter.Ticket
+        switch limiter.begin(
+            hard: [(addressKey, configuration.loginAttemptsPerAddress), (pairKey, configuration.loginAttempts)], delayed: (accountKey, configuration.loginAttempts))
+        {
+        case .success(let reserved): ticket = reserved
+        case .failure(let wait):
             metrics.login("limited")
             throw Refusal(
-                status: .tooManyRequests, code: "tooManyAttempts", reason: "Too many failed sign-ins from here or for this account: try again in \(wait) s.",
-                headers: [.retryAfter: String(wait)])
+                status: .tooManyRequests, code: "tooManyAttempts", reason: "Too many failed sign-ins from here or for this account: try again in \(wait.seconds) s.",
+                headers: [.retryAfter: String(wait.seconds)])
         }
+        var failed = true
+        defer { limiter.finish(ticket, failed: failed, clearing: [pairKey, accountKey]) }
         let account = try await store.operatorAccount(email: email)
         // bcrypt on a thread of its own (≈ 0.2 s at cost 12): never on the event loop or the cooperative pool.
         let hash = account?.passwordHash ?? Self.decoyHash
         let matches = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
         guard let account, matches, !account.disabled else {
-            limiter.recordFailure([addressKey, accountKey])
             metrics.login("refused")
             logger.notice("console sign-in refused", metadata: ["account": "\(UntrustedText.quoted(email, limit: 100))"])
             return try loginPage(request, error: "Wrong email or password, or the account is disabled.", email: email, status: .unauthorized)
         }
-        limiter.reset(accountKey)
+        failed = false
         let (token, _) = try await store.openSession(operatorId: account.id)
         metrics.login("ok")
         logger.info("console sign-in", metadata: ["account": "\(account.email)", "role": "\(account.role.rawValue)"])
@@ -308,14 +334,16 @@ struct ConsolePages: Sendable {
         let parameters = request.uri.queryParameters
         func nonEmpty(_ name: String) -> String? { parameters.get(name).flatMap { $0.isEmpty ? nil : $0 } }
         let since = nonEmpty("since").flatMap { Self.date($0 + "T00:00:00.000Z") }
-        let result = try await store.deadLetters(code: nonEmpty("code"), bundleId: nonEmpty("app"), since: since, term: nonEmpty("q"), limit: 200)
+        let result = try await store.deadLetters(code: nonEmpty("code"), bundleId: nonEmpty("app"), since: since, term: nonEmpty("q"), limit: Self.deadLettersPerPage)
         let object = result.objectValue ?? JSONObject()
-        // Each payload also decoded, unverified (a forger wrote it: shown as text, like everything else).
+        // Each payload also decoded, unverified (a forger wrote it: shown as text, like everything else). What one page
+        // renders is bounded: 50 rows, each payload and its decoding cut at `payloadExcerpt` bytes (a dead letter may
+        // hold 64 KiB of anyone's text).
         var rows = (Self.plain(object["rows"] ?? .array([])) as? [Any] ?? []).compactMap { $0 as? [String: Any] }
         for index in rows.indices {
-            if let payload = rows[index]["payload"] as? String, let decoded = UnverifiedPeek.payload(of: payload) {
-                rows[index]["decoded"] = Self.pretty(.object(decoded))
-            }
+            guard let payload = rows[index]["payload"] as? String else { continue }
+            if let decoded = UnverifiedPeek.payload(of: payload) { rows[index]["decoded"] = Self.excerpt(Self.pretty(.object(decoded))) }
+            rows[index]["payload"] = Self.excerpt(payload)
         }
         var values: [String: Any] = [
             "rows": rows, "codes": Self.plain(object["codes"] ?? .array([])),
@@ -323,6 +351,17 @@ struct ConsolePages: Sendable {
         ]
         if let acted { values["acted"] = acted }
         return html("Dead letters", "deadLetters", values, session)
+    }
+
+    static let deadLettersPerPage = 50
+    static let payloadExcerpt = 2_048
+
+    /// At most `payloadExcerpt` bytes of `text` (on a character boundary), saying how much was left out.
+    static func excerpt(_ text: String) -> String {
+        guard text.utf8.count > payloadExcerpt else { return text }
+        var cut = text.utf8.prefix(payloadExcerpt)
+        while String(cut) == nil { cut = cut.dropLast() }
+        return String(cut)! + "… (\(text.utf8.count - cut.count) more bytes; pipelinectl dlq list --json shows it whole)"
     }
 
     func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {

@@ -32,37 +32,145 @@ enum SessionCookie {
     static let cleared = "\(name)=; Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age=0"
 }
 
-/// Failed logins per key (an address, an account) within a window: over the limit, a login is refused (429)
-/// before its password is checked. In memory, per console process: with N replicas an attacker gets N times the
-/// attempts, still bounded; bcrypt's cost bounds the rate of each.
+/// Sign-in attempts per key within a window, counted *before* the password is checked: each attempt reserves its
+/// place (`begin`) and a failure keeps it (`finish`), so a burst of concurrent wrong passwords gets no more checks than
+/// the limit (the rest are 429 at once). In memory, per console process: with N replicas an attacker gets N times
+/// the attempts, still bounded; bcrypt's cost bounds the rate of each.
+///
+/// Hard limits per client address and per (account, address); per account alone, a growing delay instead of a lock
+/// (1 s, 2 s, 4 s … at most 60 s after each failure past the free attempts), so nobody can lock an operator out by
+/// failing on purpose from elsewhere: the operator waits a minute at most.
 final class LoginLimiter: Sendable {
     let window: Duration
-    private let failures = Mutex<[String: [ContinuousClock.Instant]]>([:])
+    /// The longest delay the account's growing delay reaches.
+    static let maximumDelay: Duration = .seconds(60)
+
+    struct Entry {
+        var failures: [ContinuousClock.Instant] = []
+        var inFlight = 0
+    }
+
+    /// What `begin` reserved; give it back to `finish`.
+    struct Ticket: Sendable {
+        fileprivate let keys: [String]
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
 
     init(window: Duration) {
         self.window = window
     }
 
-    /// Seconds until `key` may try again (it has had `attempts` failures in the window), or nil when it may now.
-    func retryAfter(_ key: String, limit attempts: Int, now: ContinuousClock.Instant = .now) -> Int? {
-        failures.withLock { failures in
-            let recent = (failures[key] ?? []).filter { now - $0 < window }
-            failures[key] = recent.isEmpty ? nil : recent
-            guard recent.count >= attempts, let oldest = recent.first else { return nil }
-            return max(1, Int((window - (now - oldest)).components.seconds) + 1)
-        }
-    }
-
-    func recordFailure(_ keys: [String], now: ContinuousClock.Instant = .now) {
-        failures.withLock { failures in
-            for key in keys { failures[key, default: []].append(now) }
+    /// Reserves an attempt on every key, or answers how many seconds to wait: a hard key is full when its failures
+    /// in the window and its attempts in flight reach its limit; the delayed key when its failures past `free` call
+    /// for a delay that has not passed since its last failure (or an attempt of it is in flight past `free`).
+    func begin(hard: [(key: String, limit: Int)], delayed: (key: String, free: Int), now: ContinuousClock.Instant = .now) -> Result<Ticket, Wait> {
+        entries.withLock { entries in
+            func recent(_ key: String) -> Entry {
+                var entry = entries[key] ?? Entry()
+                entry.failures = entry.failures.filter { now - $0 < window }
+                return entry
+            }
+            var wait = 0
+            for (key, limit) in hard {
+                let entry = recent(key)
+                if entry.failures.count + entry.inFlight >= limit {
+                    let oldest = entry.failures.first.map { max(1, Int((window - (now - $0)).components.seconds) + 1) } ?? 1
+                    wait = max(wait, entry.failures.count >= limit ? oldest : 1)
+                }
+            }
+            let account = recent(delayed.key)
+            let past = account.failures.count + account.inFlight - delayed.free
+            if past >= 0 {
+                if account.inFlight > 0 {
+                    wait = max(wait, 1)
+                } else if let last = account.failures.last {
+                    let delay = min(Self.maximumDelay, .seconds(1 << min(past, 10)))
+                    if now - last < delay { wait = max(wait, Int((delay - (now - last)).components.seconds) + 1) }
+                }
+            }
+            guard wait == 0 else { return .failure(Wait(seconds: wait)) }
+            let keys = hard.map(\.key) + [delayed.key]
+            for key in keys {
+                var entry = recent(key)
+                entry.inFlight += 1
+                entries[key] = entry
+            }
             // Bounded: an address flood cannot grow the table without end.
-            if failures.count > 100_000 { failures.removeAll() }
+            if entries.count > 100_000 { entries = entries.filter { $0.value.inFlight > 0 } }
+            return .success(Ticket(keys: keys))
         }
     }
 
-    func reset(_ key: String) {
-        _ = failures.withLock { $0.removeValue(forKey: key) }
+    /// Ends an attempt: a failure stays counted on every key; a success clears `clearing` (the account's keys).
+    func finish(_ ticket: Ticket, failed: Bool, clearing: [String] = [], now: ContinuousClock.Instant = .now) {
+        entries.withLock { entries in
+            for key in ticket.keys {
+                guard var entry = entries[key] else { continue }
+                entry.inFlight = max(0, entry.inFlight - 1)
+                if failed { entry.failures.append(now) }
+                entries[key] = entry
+            }
+            if !failed { for key in clearing { entries[key]?.failures = [] } }
+        }
+    }
+
+    struct Wait: Error {
+        var seconds: Int
+    }
+}
+
+/// The client's address for the limiter: the connection's peer, or, behind trusted proxies, the address the nearest
+/// trusted proxy saw: `X-Forwarded-For` is read from the right (each proxy appends the address it saw), skipping the
+/// trusted proxies, never its client-written leftmost entry.
+struct ClientAddress {
+    /// `CONSOLE_TRUSTED_PROXIES`: addresses or CIDR ranges of our proxies. Empty with `CONSOLE_TRUST_FORWARDED_FOR`:
+    /// the peer alone is trusted (one proxy in front).
+    let trustedProxies: [AddressRange]
+    let trustForwardedFor: Bool
+
+    func resolve(peer: String?, forwardedFor: String?) -> String {
+        guard let peer else { return "unknown" }
+        guard trustForwardedFor || !trustedProxies.isEmpty, isTrusted(peer), let forwardedFor else { return peer }
+        let hops = forwardedFor.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        // From the nearest proxy backwards: the first address that is not one of ours is the client.
+        for hop in hops.reversed() where !(trustedProxies.contains { $0.contains(hop) }) {
+            return String(hop.prefix(64))
+        }
+        return hops.first.map { String($0.prefix(64)) } ?? peer
+    }
+
+    func isTrusted(_ address: String) -> Bool {
+        trustedProxies.isEmpty ? trustForwardedFor : trustedProxies.contains { $0.contains(address) }
+    }
+}
+
+/// An IPv4 or IPv6 address or CIDR range (`10.0.0.0/8`, `::1`).
+struct AddressRange: Sendable, Hashable {
+    let network: [UInt8]
+    let prefix: Int
+
+    init?(_ text: String) {
+        let parts = text.split(separator: "/", maxSplits: 1).map(String.init)
+        guard let bytes = Self.bytes(parts[0]) else { return nil }
+        let bits = parts.count > 1 ? Int(parts[1]) : bytes.count * 8
+        guard let bits, (0...(bytes.count * 8)).contains(bits) else { return nil }
+        network = bytes
+        prefix = bits
+    }
+
+    func contains(_ address: String) -> Bool {
+        guard let bytes = Self.bytes(address), bytes.count == network.count else { return false }
+        for bit in 0..<prefix where (bytes[bit / 8] >> (7 - bit % 8)) & 1 != (network[bit / 8] >> (7 - bit % 8)) & 1 { return false }
+        return true
+    }
+
+    static func bytes(_ text: String) -> [UInt8]? {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 { return withUnsafeBytes(of: v4) { Array($0) } }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, text, &v6) == 1 { return withUnsafeBytes(of: v6) { Array($0) } }
+        return nil
     }
 }
 

@@ -46,7 +46,7 @@ public func buildCustomerAPIServices(
 
     let router = Router()
     // Each request is a server span (continuing the caller's `traceparent`); a purchase's record carries it.
-    router.add(middleware: TracingMiddleware())
+    router.add(middleware: RouteTracingMiddleware())
     try handler.registerHandlers(on: router, middlewares: [
         ErrorResponseMiddleware(metrics: metrics, logger: logger),
         LocationHeaderMiddleware(),

@@ -127,17 +127,19 @@ extension ConsoleStore {
         return (token, csrf)
     }
 
-    /// The session of `token` when it was used within `idle` and its operator is enabled; its last use moves to now.
-    /// An idle one is deleted.
-    public func session(token: String, idle: Duration) async throws -> OperatorSession? {
+    /// The session of `token` when it was used within `idle`, is younger than `maximum` and its operator is enabled; its
+    /// last use moves to now. An idle or expired one is deleted.
+    /// `maximum`: a session older than this is over however busy it was (`CONSOLE_SESSION_MAX`).
+    public func session(token: String, idle: Duration, maximum: Duration = .seconds(12 * 3600)) async throws -> OperatorSession? {
         let seconds = Double(idle.components.seconds) + Double(idle.components.attoseconds) / 1e18
+        let lifetime = Double(maximum.components.seconds) + Double(maximum.components.attoseconds) / 1e18
         let rows = try await client.query(
             """
             WITH touched AS (
                 UPDATE operator_sessions s SET last_seen_at = now()
                 FROM operators o
                 WHERE s.token_sha256 = decode(\(Self.digest(token)), 'hex') AND o.id = s.operator_id AND o.disabled_at IS NULL
-                    AND s.last_seen_at > now() - make_interval(secs => \(seconds))
+                    AND s.last_seen_at > now() - make_interval(secs => \(seconds)) AND s.created_at > now() - make_interval(secs => \(lifetime))
                 RETURNING o.id::text, o.email, o.role, s.csrf_token
             )
             SELECT * FROM touched

@@ -37,7 +37,7 @@ public func buildIngestApplication(
     var paths: [(String, String?)] = [(configuration.notificationPath, nil)]
     for (path, environment) in configuration.environmentPaths.sorted(by: { $0.key < $1.key }) { paths.append((path, environment)) }
     // Apple's POST starts a trace (or continues the request's `traceparent`); the ops routes stay out of tracing.
-    let notifications = router.group().add(middleware: TracingMiddleware())
+    let notifications = router.group().add(middleware: RouteTracingMiddleware())
     for (path, environment) in paths {
         notifications.post(RouterPath(path)) { request, _ in try await handler.handle(request, environmentHint: environment) }
         for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head, .options, .trace, HTTPRequest.Method("PROPFIND")!] {

@@ -17,6 +17,8 @@ public final class BackfillScene: @unchecked Sendable {
     public let database: String
     public let keyFile: String
     public var ingest: RunningIngest?
+    /// The port of the ingest process `startIngestProcess` started.
+    public private(set) var ingestProcessPort: Int?
     public var workers: [Process] = []
     public var opsPorts: [Int] = []
     public let group = TestServices.uniqueName("backfill")
@@ -70,6 +72,7 @@ public final class BackfillScene: @unchecked Sendable {
             binary: repositoryRoot.appendingPathComponent(".build/debug/ingest").path, bootstrap: fixture.bootstrap, port: port, topic: fixture.topic,
             environment: environment)
         apple.fake.setIngestURL("http://127.0.0.1:\(port)/v2/notifications")
+        ingestProcessPort = port
         return process
     }
 

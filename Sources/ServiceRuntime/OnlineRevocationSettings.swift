@@ -24,7 +24,7 @@ public struct OnlineRevocationSettings: Sendable, Hashable {
         return settings
     }
 
-    /// The checks, over the shared HTTP client: a POST of the DER request (`application/ocsp-request`, RFC 6960
+    /// The checks, over the process's OCSP client: a POST of the DER request (`application/ocsp-request`, RFC 6960
     /// appendix A.1) to the certificate's responder; anything but a 200 with a body throws (the record waits).
     public var checks: OnlineRevocationChecks? {
         guard enabled else { return nil }
@@ -35,13 +35,24 @@ public struct OnlineRevocationSettings: Sendable, Hashable {
             http.headers.add(name: "Content-Type", value: "application/ocsp-request")
             http.headers.add(name: "Accept", value: "application/ocsp-response")
             http.body = .bytes(ByteBuffer(bytes: request))
-            let response = try await HTTPClient.shared.execute(http, timeout: timeout)
+            let response = try await Self.client.execute(http, timeout: timeout)
             guard response.status == .ok else { throw OCSPResponderError(reason: "HTTP \(response.status.code)") }
             let body = try await response.body.collect(upTo: 64 * 1024)
             guard body.readableBytes > 0 else { throw OCSPResponderError(reason: "an empty answer") }
             return Array(buffer: body)
         }
     }
+}
+
+extension OnlineRevocationSettings {
+    /// The OCSP client: AsyncHTTPClient's own spans off (they record `url.full`; docs/tracing.md), kept for the
+    /// process's life like `HTTPClient.shared`.
+    static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.tracing.tracer = nil
+        configuration.redirectConfiguration = .disallow
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 }
 
 /// The OCSP responder did not answer usably.

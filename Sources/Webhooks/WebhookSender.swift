@@ -3,6 +3,8 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import ServiceRuntime
+import Tracing
 
 /// What one delivery attempt came to.
 public struct WebhookAttempt: Sendable, Hashable {
@@ -86,6 +88,17 @@ public final class WebhookSender: Sendable {
         configuration.timeout = .init(connect: .nanoseconds(Int64(Self.milliseconds(timeout)) * 1_000_000))
         configuration.connectionPool = .init(idleTimeout: .seconds(1), concurrentHTTP1ConnectionsPerHostSoftLimit: 1)
         if WebhookTarget.literal(target.host) == nil { configuration.dnsOverride = [target.host: address.text] }
+        // AsyncHTTPClient's client span would record `url.full` (an endpoint's `?token=` among it): off. The POST is
+        // our client span instead, with the host and port only, and its `traceparent` goes to the receiver.
+        configuration.tracing.tracer = nil
+        let span: (any Span)? = PipelineTracing.isTracing ? startSpan("POST", ofKind: .client) : nil
+        if let span {
+            span.attributes["http.request.method"] = "POST"
+            span.attributes["server.address"] = target.host
+            if let port = target.url.port { span.attributes["server.port"] = port }
+            InstrumentationSystem.instrument.inject(span.context, into: &request.headers, using: HTTPHeadersInjector())
+        }
+        defer { span?.end() }
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let prepared = request
         let outcome = await withTaskGroup(of: WebhookAttempt?.self) { group in
@@ -100,6 +113,10 @@ public final class WebhookSender: Sendable {
             return first
         }
         try? await client.shutdown()
+        if let span, let status = outcome?.status {
+            span.attributes["http.response.status_code"] = status
+            if status >= 400 { span.setStatus(.init(code: .error)) }
+        }
         return outcome
             ?? WebhookAttempt(
                 status: nil, error: Self.timeoutReason(timeout), latencyMilliseconds: elapsed(), responseExcerpt: nil, timedOut: true)
@@ -148,4 +165,9 @@ public final class WebhookSender: Sendable {
     static func milliseconds(_ duration: Duration) -> Int {
         Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
     }
+}
+
+/// Writes a context's `traceparent` into the webhook request's headers.
+struct HTTPHeadersInjector: Injector {
+    func inject(_ value: String, forKey key: String, into headers: inout HTTPHeaders) { headers.replaceOrAdd(name: key, value: value) }
 }

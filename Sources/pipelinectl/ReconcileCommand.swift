@@ -132,7 +132,9 @@ struct ReconcileCommand: AsyncParsableCommand {
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let olderThanMilliseconds = try olderThan.map { try parseDuration($0, option: "--older-than") }
         let (stale, all, contradicted, restart, bundleId) = (stale, all, contradicted, restart, appStore.bundleId)
+        let operations = try connection.configuration()
         let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+            let runKey = try runDigest(operations: operations, api: api)
             let ids: [String]
             let key: String
             if stale {
@@ -140,13 +142,13 @@ struct ReconcileCommand: AsyncParsableCommand {
                 key = "stale|\(bundleId)|\(environment.rawValue)|\(olderThanMilliseconds ?? -1)"
             } else if contradicted {
                 ids = try await store.contradictedSubscriptions(environment: environment.rawValue, bundleId: bundleId)
-                key = "contradicted|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
+                key = "contradicted|\(bundleId)|\(environment.rawValue)|\(runKey.hex(ids.joined(separator: ",")))"
             } else if all {
                 ids = try await store.allSubscriptions(environment: environment.rawValue, bundleId: bundleId)
                 key = "all|\(bundleId)|\(environment.rawValue)"
             } else {
                 ids = listed
-                key = "ids|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
+                key = "ids|\(bundleId)|\(environment.rawValue)|\(runKey.hex(ids.joined(separator: ",")))"
             }
             let reconciler = StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger)
             return try await reconciler.run(
@@ -187,8 +189,9 @@ struct ImportCommand: AsyncParsableCommand {
         guard !ids.isEmpty else { throw ValidationError("give the ids to import: --transaction-id or --from-file") }
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let (restart, bundleId) = (restart, appStore.bundleId)
-        let key = "ids|\(bundleId)|\(environment.rawValue)|\(ContentDigest.sha256Hex(ids.joined(separator: ",")))"
+        let operations = try connection.configuration()
         let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+            let key = "ids|\(bundleId)|\(environment.rawValue)|\(try runDigest(operations: operations, api: api).hex(ids.joined(separator: ",")))"
             let importer = HistoryImporter(reconciler: StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger))
             return try await importer.run(bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)) {
                 progress in
@@ -197,4 +200,12 @@ struct ImportCommand: AsyncParsableCommand {
         }
         printPullSummary(summary, command: "import", json: json)
     }
+}
+
+/// The keyed digest pull runs and backfill runs are found again by (`KeyedDigest`): under the deployment's erasure
+/// key when `ERASURE_KEY_FILE` is set, else under Apple's API key (a secret outside the database either way), so a
+/// run's key never reverses into a customer's transaction ids.
+func runDigest(operations: OperationsConfiguration, api: AppStoreServerAPIClient) throws -> KeyedDigest {
+    if let key = operations.erasureKey { return key.runDigest }
+    return KeyedDigest(secret: Array(api.configuration.signingKey.rawRepresentation))
 }

@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import Foundation
+import KafkaClient
 import PipelineTestSupport
 import PostgresNIO
 import TestSupport
@@ -133,6 +134,52 @@ struct ConsoleBrowserTests: ProcessSuite {
         let left = try await TestDatabase.with(scene.database) { try await DatabaseScan.mentions(of: erasedIds, in: $0) }
         #expect(left.isEmpty, "the erased customer remains in \(left)")
         #expect(try await scene.query("SELECT count(*)::int FROM console_audit WHERE action = 'erase' AND detail ? 'requestId'", as: Int.self).first == 1)
+
+        // The console's re-drive is pipelinectl's: the same headers (the original record's kept, the re-drive's
+        // three set; no `source` of its own), and the same re-drive log, so `dlq redrive` finds it done.
+        let topicRecords = try await readTopic(scene.fixture.bootstrap, topic: scene.fixture.topic, atLeast: Int.max, timeout: .seconds(3))
+        let redrivenRecord = try #require(topicRecords.first { $0.headers.string("redriven-from") != nil }, "the console's re-drive is on the topic")
+        let headerNames = Set(redrivenRecord.headers.map(\.key))
+        for name in ["received-at", "ingest-instance", "request-id", "redriven-from", "redriven-at", "redrive-count"] {
+            #expect(headerNames.contains(name), "the console's re-drive lacks \(name): \(headerNames.sorted())")
+        }
+        #expect(!headerNames.contains("source") && !headerNames.contains("error-code"), "\(headerNames.sorted())")
+        #expect(redrivenRecord.headers.string("redrive-count") == "1")
+        #expect(redrivenRecord.headers.string("redriven-from")?.hasPrefix(scene.fixture.topic + ".dead-letter/") == true, "a dead-letter position, as pipelinectl writes it")
+        let cliRedrive = try await scene.run(["dlq", "redrive", "--json"], extra: ["ERASURE_KEY_FILE": keyFile])
+        #expect(cliRedrive.status == 0, "\(cliRedrive.output)")
+        #expect(cliRedrive.output.contains("\"alreadyRedriven\":1"), "one re-drive log: pipelinectl sees the console's: \(cliRedrive.output)")
+
+        // Sign-in hardening (issue 51): a burst of 100 concurrent wrong passwords gets at most CONSOLE_LOGIN_ATTEMPTS (5)
+        // checks, the rest 429 at once; a `next` with a tab in it does not leave the origin; a cross-site form is refused.
+        func form(_ fields: [(String, String)]) -> [UInt8] {
+            var allowed = CharacterSet.alphanumerics
+            allowed.insert(charactersIn: "-._~")
+            return Array(fields.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed)!)" }.joined(separator: "&").utf8)
+        }
+        let formHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
+        let statuses = await withTaskGroup(of: Int.self) { group in
+            for index in 0..<100 {
+                group.addTask {
+                    (try? await HTTPTestConnection(port: port).send(
+                        path: "/login", headers: formHeaders, body: form([("email", "viewer@example.com"), ("password", "wrong-\(index)")]))
+                    )?.status ?? 0
+                }
+            }
+            var all: [Int] = []
+            for await status in group { all.append(status) }
+            return all
+        }
+        let refused = statuses.filter { $0 == 401 }.count
+        #expect(refused <= 5 && refused >= 1, "\(refused) wrong passwords were checked (at most 5 may be)")
+        #expect(statuses.filter { $0 == 429 }.count == 100 - refused, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+        let tabbed = try await HTTPTestConnection(port: port).send(
+            path: "/login", headers: formHeaders, body: form([("email", "support@example.com"), ("password", support), ("next", "/\t/evil.example")]))
+        #expect(tabbed.status == 303 && tabbed.headers["location"] == "/", "next with a tab: \(tabbed.status) \(tabbed.headers["location"] ?? "-")")
+        let crossSite = try await HTTPTestConnection(port: port).send(
+            path: "/login", headers: formHeaders.merging(["Origin": "https://evil.example"]) { $1 },
+            body: form([("email", "support@example.com"), ("password", support)]))
+        #expect(crossSite.status == 403, "a sign-in form posted from another site: \(crossSite.status)")
         await ChildProcess.terminate(console)
         await scene.finish()
     }

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import PipelineTestSupport
 import PostgresNIO
@@ -51,10 +52,12 @@ struct ErasureProcessTests: ProcessSuite {
         let topic = try await scene.topicEvents(atLeast: expected)
         #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/erasure"), "\(scene.fixture.logTail())")
         #expect(try await pull.query("SELECT count(*)::int FROM dead_lettered_records", as: Int.self).first == 1)
-        for event in [aEvents.last!, bEvents.last!] {
+        // Apple's truth for both: statuses and the whole transaction history (for reconcile and import).
+        for (event, story) in [(aEvents.last!, aEvents), (bEvents.last!, bEvents)] {
             pull.apple.fake.setSubscription(FakeAppStoreServerAPI.Subscription(
                 originalTransactionId: event.originalTransactionId, subscriptionGroupIdentifier: "21000001", status: event.status,
-                signedTransactionInfo: minter.chain.sign(minter.transaction(event)), signedRenewalInfo: minter.chain.sign(minter.renewalInfo(event)), history: []))
+                signedTransactionInfo: minter.chain.sign(minter.transaction(event)), signedRenewalInfo: minter.chain.sign(minter.renewalInfo(event)),
+                history: story.map { minter.chain.sign(minter.transaction($0)) }))
         }
 
         let aIdentifiers = Array(Set(aEvents.flatMap { [$0.originalTransactionId, $0.transactionId] } + [aEvents[0].appAccountToken]))
@@ -77,6 +80,7 @@ struct ErasureProcessTests: ProcessSuite {
         #expect(!bBefore.isEmpty)
         #expect(try await TestDatabase.with(pull.database) { try await DatabaseScan.mentions(of: aIdentifiers, in: $0) }.count > 5)
 
+        let erasedAt = Int64(Date().timeIntervalSince1970 * 1000)
         let erased = try await pull.run(
             ["customers", "erase", "--app-account-token", aEvents[0].appAccountToken, "--bundle-id", minter.bundleId, "--reason", "ticket 1", "--request-id",
              "privacy-1", "--json"], extra: erasure)
@@ -103,25 +107,47 @@ struct ErasureProcessTests: ProcessSuite {
         let (worker, port) = try await scene.fixture.startWorker(group: pull.group, postgresURL: pull.database, extra: erasure)
         pull.workers = [worker]
         #expect(try await scene.fixture.waitForLag(group: pull.group))
-        let redrive = try await pull.run(["dlq", "redrive"])
+        // Without the key, a pull command refuses (it cannot tell an erased customer's records apart).
+        let keyless = try await pull.run(["dlq", "redrive"])
+        #expect(keyless.status != 0 && keyless.output.contains("ERASURE_KEY_FILE"), "\(keyless.output)")
+        let redrive = try await pull.run(["dlq", "redrive", "--json"], extra: erasure)
         #expect(redrive.status == 0, "\(redrive.output)")
+        #expect(redrive.output.contains("\"erasedHeldBack\":1"), "the forged record claiming A is held back: \(redrive.output)")
         #expect(try await scene.fixture.waitForLag(group: pull.group))
-        let backfill = try await pull.run(["backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--since", "1h", "--json"], extra: fast)
+        let backfill = try await pull.run(
+            ["backfill", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--since", "1h", "--json"], extra: fast.merging(erasure) { $1 })
         #expect(backfill.status == 0, "\(backfill.output)")
+        #expect(backfill.output.contains("\"erasedHeldBack\":\(aEvents.count + 1)"), "A's notifications and the forged one: \(backfill.output)")
         #expect(try await scene.fixture.waitForLag(group: pull.group))
         let reconcile = try await pull.run(
             ["reconcile", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--transaction-id", aEvents[0].originalTransactionId,
-             "--wait", "3s", "--json"], extra: fast)
+             "--wait", "3s", "--json"], extra: fast.merging(erasure) { $1 })
         #expect(reconcile.status == 0, "\(reconcile.output)")
+        // import of A's transaction ids: nothing produced, no history revision kept (issue 51: 12 rows came back).
+        let imported = try await pull.run(
+            ["import", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--transaction-id"] + aEvents.map(\.transactionId)
+                + ["--wait", "3s", "--json"], extra: fast.merging(erasure) { $1 })
+        #expect(imported.status == 0, "\(imported.output)")
         #expect(try await scene.fixture.waitForLag(group: pull.group))
 
         let counts = await Self.suppressed(port: port)
-        #expect(counts["notification"] == 2 * aEvents.count, "the replay's and the backfill's of A's notifications: \(counts)")
-        #expect(counts["statusSnapshot"] == 1, "reconcile's snapshot of A: \(counts)")
-        #expect(counts["deadLetter"] == 3, "the forged record claiming A, from the replay, the re-drive and the backfill: \(counts)")
+        #expect(counts["notification"] == aEvents.count, "only the replay's of A's notifications reach a worker: \(counts)")
+        #expect(counts["statusSnapshot"] == nil && counts["historyTransaction"] == nil, "reconcile and import produce nothing of A: \(counts)")
+        #expect(counts["deadLetter"] == 1, "the forged record claiming A, from the replay only: \(counts)")
         let stillLeft = try await TestDatabase.with(pull.database) { try await DatabaseScan.mentions(of: aIdentifiers, in: $0) }
         #expect(stillLeft.isEmpty, "A came back in \(stillLeft)")
+        #expect(try await pull.query("SELECT count(*)::int FROM transaction_history_revisions", as: Int.self).first == 0)
         #expect(try await bRows() == bBefore, "B unchanged after the replays")
+        // The notifications topic holds nothing new about A: every record produced since the erasure names no A id.
+        let records = try await readTopic(bootstrap, topic: scene.fixture.topic, atLeast: Int.max, timeout: .seconds(5))
+        let since = records.filter { ($0.timestamp ?? 0) >= erasedAt }
+        #expect(!since.isEmpty, "the re-drive, backfill and import produced B's records")
+        let aNamed = since.filter { record in
+            let kind = record.headers.string("record-kind").flatMap(PulledRecordKind.init(rawValue:))
+            let claim = ErasureClaim.of(record: record.value, kind: kind) ?? DeadLetteredRecordClaim.of(record.value)
+            return claim?.identifiers.contains { aIdentifiers.contains($0.value) } ?? false
+        }
+        #expect(aNamed.isEmpty, "\(aNamed.count) record(s) about A were produced after the erasure")
 
         // A renewal Apple signs after the erasure: applied, access granted, a new history.
         var renewal = aEvents[1]
@@ -138,5 +164,12 @@ struct ErasureProcessTests: ProcessSuite {
             "SELECT is_active FROM entitlements_now WHERE original_transaction_id = '\(renewal.originalTransactionId)'", as: Bool.self)
         #expect(active == [true], "\(scene.fixture.logTail())")
         await scene.finish()
+    }
+}
+
+/// A record's claim whatever its kind (a re-driven record keeps its kind header; a forged one may have none).
+enum DeadLetteredRecordClaim {
+    static func of(_ value: [UInt8]) -> ErasureClaim? {
+        DeadLetteredRecord(position: RecordPosition(topic: "", partition: 0, offset: 0), errorCode: "", payload: value).erasureClaim
     }
 }

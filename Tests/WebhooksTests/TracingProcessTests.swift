@@ -69,16 +69,31 @@ struct TracingProcessTests: ProcessSuite {
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: spans.environment)
         let ingest = try scene.scene.startIngestProcess(environment: spans.environment)
         let hook = try await scene.add("/hook/traced")
+        // An endpoint whose URL carries a secret in its query: it must never reach a span (issue 51).
+        let urlToken = "tok-" + UUID().uuidString.prefix(12).lowercased()
+        _ = try await scene.add("/hook/token?token=\(urlToken)")
         try await scene.startWebhooks(extra: spans.environment)
 
         let minter = scene.fixture.minter
-        let events = NotificationMinter.lifecycleEvents(subscriptions: 4, firstSubscription: 8_200)
+        var events = NotificationMinter.lifecycleEvents(subscriptions: 4, firstSubscription: 8_200)
         for event in events { #expect(await scene.scene.deliver(minter.signedNotification(event)) == .success) }
         // Forged: a chain no configured root trusts; dead-lettered in a trace of its own.
         let forger = NotificationMinter(chain: try TestCertificateAuthority().issueChain())
         var forged = events[0]
         forged.notificationUUID = UUID().uuidString.lowercased()
         #expect(await scene.scene.deliver(forger.signedNotification(forged)) == .success)
+        // A caller that brings its own trace context (sampled) and an oversized tracestate: ingest starts the
+        // notification's trace itself, keeps the caller's context as a link only, and drops the tracestate.
+        var chosen = NotificationMinter.lifecycleEvents(subscriptions: 1, firstSubscription: 8_250)[0]
+        chosen.notificationUUID = UUID().uuidString.lowercased()
+        let callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        let callerState = "vendor=" + String(repeating: "x", count: 4_000)
+        let posted = try await HTTPTestConnection(port: try #require(scene.scene.ingestProcessPort)).send(
+            path: "/v2/notifications",
+            headers: ["Content-Type": "application/json", "traceparent": "00-\(callerTrace)-00f067aa0ba902b7-01", "tracestate": callerState],
+            body: Array(NotificationMinter.body(minter.signedNotification(chosen)).utf8))
+        #expect(posted.status == 200, "\(posted.bodyText)")
+        events.append(chosen)
 
         #expect(try await TestDatabase.waitForLedger(scene.scene.database, count: events.count), "\(scene.fixture.logTail())")
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
@@ -204,6 +219,23 @@ struct TracingProcessTests: ProcessSuite {
         for span in spans.spans {
             #expect(!span.raw.contains("eyJ") && !span.raw.contains(hook.secret), "a span carries a payload or a secret: \(span.raw.prefix(300))")
         }
+        // No span carries a customer's identifier (subscription, transaction, token), the webhook URL's query or the
+        // caller's tracestate; server spans name the route template, client spans the host and template, no query.
+        let identifiers = Set(events.flatMap { [$0.originalTransactionId, $0.transactionId, $0.appAccountToken] }) .union([urlToken, "vendor=xxxx"])
+        for span in spans.spans {
+            let leaked = identifiers.filter { span.raw.contains($0) }
+            #expect(leaked.isEmpty, "span \(span.name) (\(span.service)) carries \(leaked): \(span.raw.prefix(400))")
+            for attribute in ["url.full", "url.path", "url.query", "http.target"] {
+                #expect(span.attributes[attribute] == nil, "span \(span.name) (\(span.service)) records \(attribute)")
+            }
+        }
+        let servers = spans.spans.filter { $0.kind == "server" && $0.service == "ingest" }
+        #expect(!servers.isEmpty && servers.allSatisfy { $0.attributes["http.route"] == .string("/v2/notifications") && $0.name == "POST /v2/notifications" })
+        #expect(servers.allSatisfy { $0.traceId != callerTrace && $0.parentSpanId.isEmpty }, "the caller's traceparent does not choose the trace")
+        #expect(servers.contains { $0.links.contains { $0.traceId == callerTrace } }, "the caller's context is kept as a link")
+        let clients = spans.spans.filter { $0.kind == "client" && $0.service == "pipelinectl" }
+        #expect(clients.contains { $0.attributes["url.template"] == .string("/inApps/v1/subscriptions/{transactionId}") && $0.attributes["server.address"] != nil },
+            "the App Store Server API call is named by its template: \(clients.map(\.name))")
 
         // The receiver goes away: spans are lost (counted), notifications are not.
         await spans.stop()

@@ -136,3 +136,27 @@ extension String {
 public enum ErasureLock {
     public static let advisoryKey: Int64 = 0x6572_6173
 }
+
+/// A keyed digest (HMAC-SHA256) of text that may name a customer, for what the pipeline keeps only to find a run
+/// again (`pull_runs`, `backfill_runs`): without the secret it cannot be reversed by enumerating transaction ids,
+/// as a plain SHA-256 of a 16-digit id can.
+public struct KeyedDigest: Sendable {
+    let key: SymmetricKey
+
+    /// `secret`: the deployment's erasure key (`ErasureKey.runDigest`), else another secret kept outside the database.
+    public init(secret: [UInt8]) {
+        key = SymmetricKey(data: SHA256.hash(data: Array("keyed-digest/v1".utf8) + [0] + secret))
+    }
+
+    /// `hmac:` and 64 hex digits.
+    public func hex(_ text: String) -> String {
+        "hmac:" + Hex.encode(Array(HMAC<SHA256>.authenticationCode(for: Array(text.utf8), using: key)))
+    }
+}
+
+extension ErasureKey {
+    /// The keyed digest pull runs are found again by, under this key (a purpose of its own: never an entry's digest).
+    public var runDigest: KeyedDigest {
+        KeyedDigest(secret: Array(HMAC<SHA256>.authenticationCode(for: Array("run-keys/v1".utf8), using: key)))
+    }
+}
