@@ -179,8 +179,13 @@ struct ConsolePages: Sendable {
     }
 
     /// A sign-in form posted from another site is refused (login CSRF: signing a victim into an attacker's account):
-    /// a browser's cross-origin POST always carries `Origin`, which must then be this console's own.
+    /// a browser's POST carries `Origin` (ours, thanks to `Referrer-Policy: same-origin`; `null` from a page that hides
+    /// its own) and `Sec-Fetch-Site`; either naming anything but this origin is refused. A client that is no browser
+    /// sends neither and is not a CSRF vector.
     func checkOrigin(_ request: Request) throws {
+        if let site = request.headers[HTTPField.Name("Sec-Fetch-Site")!], !["same-origin", "none"].contains(site.lowercased()) {
+            throw Refusal(status: .forbidden, code: "crossOrigin", reason: "This form was posted from another site (Sec-Fetch-Site \(UntrustedText.quoted(site, limit: 40))).")
+        }
         guard let origin = request.headers[.origin] else { return }
         let host = request.headers[HTTPField.Name("X-Forwarded-Host")!].flatMap { configuration.trustForwardedFor || !configuration.trustedProxies.isEmpty ? $0 : nil }
             ?? request.head.authority ?? ""

@@ -6,7 +6,9 @@ import HummingbirdBcrypt
 import NIOCore
 import Synchronization
 
-/// What every console answer carries: no script, no framing, no sniffing, no caching, no referrer.
+/// What every console answer carries: no script, no framing, no sniffing, no caching, no referrer to another site.
+/// (`same-origin`, not `no-referrer`: with `no-referrer` a browser sends `Origin: null` even on our own forms, and the
+/// sign-in form's cross-site check needs our origin there.)
 enum ConsoleHeaders {
     static let contentSecurityPolicy =
         "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -15,7 +17,7 @@ enum ConsoleHeaders {
         headers[.contentSecurityPolicy] = contentSecurityPolicy
         headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
         headers[HTTPField.Name("X-Content-Type-Options")!] = "nosniff"
-        headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
         headers[.cacheControl] = "no-store"
     }
 }

@@ -44,16 +44,19 @@ public func buildCustomerAPIServices(
         configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),
         appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: .milliseconds(configuration.orderCacheMilliseconds)), logger: logger)
 
-    let router = Router()
-    // Each request is a server span (continuing the caller's `traceparent`); a purchase's record carries it.
+    let router = Router(context: CustomerAPIRequestContext.self)
+    // Each request is a server span named by its route (a trace of its own; a caller's `traceparent` is a link); a
+    // purchase's record carries it.
     router.add(middleware: RouteTracingMiddleware())
+    router.add(middleware: ClientAddressMiddleware())
     try handler.registerHandlers(on: router, middlewares: [
         ErrorResponseMiddleware(metrics: metrics, logger: logger),
         LocationHeaderMiddleware(),
         BodyLimitMiddleware(maximumBytes: configuration.maximumBodyBytes),
         AuthenticationMiddleware(
             keys: APIKeyCache(store: store, ttl: .milliseconds(configuration.keyCacheMilliseconds)), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId)),
-            rateLimiter: KeyRateLimiter(rate: configuration.rateLimitPerSecond, burst: configuration.rateBurst)),
+            rateLimiter: KeyRateLimiter(rate: configuration.rateLimitPerSecond, burst: configuration.rateBurst),
+            addressLimiter: KeyRateLimiter(rate: configuration.authAttemptsPerSecond, burst: configuration.authAttemptsBurst)),
     ])
     let limits = HTTPConnectionLimits(
         idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,

@@ -37,6 +37,11 @@ public struct CustomerAPIConfiguration: Sendable {
     public var ownershipPolicyByApp: [String: OwnershipPolicy] = [:]
     /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
     /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
+    /// `CUSTOMER_API_AUTH_ATTEMPTS` / `CUSTOMER_API_AUTH_BURST`: requests a second per client address whose key is
+    /// not known good (unknown, revoked, malformed, or not yet read), checked before authentication touches the
+    /// database (default 10, bursts of 50; 0: no limit). A known key's requests are limited per key instead.
+    public var authAttemptsPerSecond: Double = 10
+    public var authAttemptsBurst = 50
     public var shared: PipelineSettings
 
     public init(shared: PipelineSettings) {
@@ -47,7 +52,7 @@ public struct CustomerAPIConfiguration: Sendable {
     public static let environmentKeys = [
         "CUSTOMER_API_HOST", "CUSTOMER_API_PORT", "CUSTOMER_API_OPS_PORT", "CUSTOMER_API_APPLY_TIMEOUT_MS", "CUSTOMER_API_MAX_BODY_BYTES",
         "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE_MS", "CUSTOMER_API_RATE_LIMIT", "CUSTOMER_API_RATE_BURST",
-        "CUSTOMER_API_ORDER_CACHE_MS", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
+        "CUSTOMER_API_ORDER_CACHE_MS", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", "CUSTOMER_API_AUTH_ATTEMPTS", "CUSTOMER_API_AUTH_BURST", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
     ] + PipelineSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> CustomerAPIConfiguration {
@@ -68,6 +73,13 @@ public struct CustomerAPIConfiguration: Sendable {
             configuration.rateLimitPerSecond = rate
         }
         configuration.rateBurst = try environment.int("CUSTOMER_API_RATE_BURST", default: configuration.rateBurst, range: 1...1_000_000)
+        if let text = environment.optionalString("CUSTOMER_API_AUTH_ATTEMPTS") {
+            guard let rate = Double(text), rate >= 0, rate <= 1_000_000 else {
+                throw ConfigurationError(variable: "CUSTOMER_API_AUTH_ATTEMPTS", reason: "\(UntrustedText.quoted(text, limit: 40)) is not a number a second (0: no limit)")
+            }
+            configuration.authAttemptsPerSecond = rate
+        }
+        configuration.authAttemptsBurst = try environment.int("CUSTOMER_API_AUTH_BURST", default: configuration.authAttemptsBurst, range: 1...1_000_000)
         configuration.orderCacheMilliseconds = try environment.int("CUSTOMER_API_ORDER_CACHE_MS", default: configuration.orderCacheMilliseconds, range: 0...3_600_000)
         configuration.appleTokenRetryMilliseconds = try environment.int(
             "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", default: configuration.appleTokenRetryMilliseconds, range: 1_000...86_400_000)
@@ -107,6 +119,8 @@ public struct CustomerAPIConfiguration: Sendable {
           CUSTOMER_API_KEY_CACHE_MS                 a key's row is reused this long; a revoked key is refused after it (500, at most 1000)
           CUSTOMER_API_RATE_LIMIT                   requests a second per key, then 429 + Retry-After (50; 0: no limit)
           CUSTOMER_API_RATE_BURST                   requests a key may make at once before the rate applies (100)
+          CUSTOMER_API_AUTH_ATTEMPTS                requests a second per client address with a key not known good, before the database (10; 0: no limit)
+          CUSTOMER_API_AUTH_BURST                   and their burst (50)
           CUSTOMER_API_ORDER_CACHE_MS               Apple's Look Up Order ID answer is reused this long (60000)
           CUSTOMER_API_APPLE_TOKEN_RETRY_MS         Set App Account Token is retried in the background this often (30000)
           OWNERSHIP_POLICY                          transfer | keep | transfer-if-inactive (transfer)

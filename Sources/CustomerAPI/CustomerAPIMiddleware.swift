@@ -2,6 +2,8 @@ import AppStoreNotifications
 import EntitlementStore
 import Foundation
 import HTTPTypes
+import Hummingbird
+import NIOCore
 import Logging
 import OpenAPIRuntime
 import Synchronization
@@ -136,6 +138,8 @@ struct AuthenticationMiddleware: ServerMiddleware {
     let keys: APIKeyCache
     let configuredBundleIds: Set<String>
     let rateLimiter: KeyRateLimiter
+    /// Attempts with a key not known good, per client address (`CUSTOMER_API_AUTH_ATTEMPTS`, `_BURST`).
+    let addressLimiter: KeyRateLimiter
 
     /// The scope each operation needs: purchases write, erasures erase, everything else reads.
     static func scope(of operationID: String) -> APIKeyScope {
@@ -156,15 +160,28 @@ struct AuthenticationMiddleware: ServerMiddleware {
         }
         let token = header.hasPrefix("Bearer ") ? String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces) : ""
         let presented = APIKeySecret(presented: token)
+        // Before any database work: a key id this process does not know as valid costs its client address a token
+        // (given back when the key proves good), so random key ids cost at most `CUSTOMER_API_AUTH_ATTEMPTS` queries a
+        // second per address; ids known unknown are answered from memory.
+        let address = ClientAddressLocal.value ?? "unknown"
+        let vouched = presented.map { keys.isKnownValid(id: $0.id) } ?? false
+        if !vouched, let wait = addressLimiter.refusal(key: address) {
+            throw CustomerAPIError(429, "rate_limited", "too many unauthenticated requests from this address; retry after \(wait) s", headers: ["Retry-After": String(wait)])
+        }
+        guard let presented else { throw CustomerAPIError(401, "unauthorized", "the key is unknown or revoked", headers: challenge) }
         let stored: APIKeyRecord?
         do {
-            stored = try await keys.record(id: presented?.id ?? "key_000000000000")
+            stored = try await keys.record(id: presented.id)
         } catch {
             throw CustomerAPIError.unavailable
         }
         let usable = stored.flatMap { $0.revokedAt == nil ? $0 : nil }
         guard APIKeySecret.matches(presented, stored: usable?.secretSHA256), let key = usable else {
             throw CustomerAPIError(401, "unauthorized", "the key is unknown or revoked", headers: challenge)
+        }
+        if !vouched {
+            addressLimiter.refund(key: address)
+            keys.noteAuthenticated(id: key.id)
         }
         if let wait = rateLimiter.refusal(key: key.id) {
             throw CustomerAPIError(429, "rate_limited", "this key is over its rate; retry after \(wait) s (other keys are not slowed)", headers: ["Retry-After": String(wait)])
@@ -215,14 +232,69 @@ final class APIKeyCache: Sendable {
         if due { try? await store.touchAPIKey(id: id) }
     }
 
+    /// Key ids the database does not hold, remembered for `unknownTTL`: a key created since is found after that.
+    private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
+    static let unknownTTL: Duration = .seconds(10)
+
+    /// Key ids that authenticated in the last `knownGoodTTL`: their requests skip the per-address limit of attempts
+    /// (their rows are still read, each `ttl`, so a revocation takes effect as before).
+    private let knownGood = Mutex<[String: ContinuousClock.Instant]>([:])
+    static let knownGoodTTL: Duration = .seconds(600)
+
+    func isKnownValid(id: String) -> Bool {
+        let now = ContinuousClock.now
+        return knownGood.withLock { $0[id] }.map { now - $0 < Self.knownGoodTTL } ?? false
+    }
+
+    func noteAuthenticated(id: String) {
+        knownGood.withLock { knownGood in
+            if knownGood.count > 10_000 { knownGood.removeAll() }
+            knownGood[id] = .now
+        }
+    }
+
     func record(id: String) async throws -> APIKeyRecord? {
         let now = ContinuousClock.now
         if let entry = entries.withLock({ $0[id] }), now - entry.read < ttl { return entry.record }
+        if let seen = unknown.withLock({ $0[id] }), now - seen < Self.unknownTTL { return nil }
         let record = try await store.apiKey(id: id)
+        if record == nil {
+            unknown.withLock { unknown in
+                if unknown.count > 100_000 { unknown.removeAll() }
+                unknown[id] = now
+            }
+            return nil
+        }
         entries.withLock { entries in
             if entries.count > 10_000 { entries.removeAll() }
             entries[id] = (record, now)
         }
         return record
+    }
+}
+
+/// The client address of the request being handled, set by `ClientAddressMiddleware` (below the OpenAPI layer,
+/// which does not see the connection).
+enum ClientAddressLocal {
+    @TaskLocal static var value: String?
+}
+
+/// Puts the connection's peer address where `AuthenticationMiddleware` reads it.
+struct ClientAddressMiddleware: RouterMiddleware {
+    typealias Context = CustomerAPIRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        try await ClientAddressLocal.$value.withValue(context.remoteAddress?.ipAddress) { try await next(request, context) }
+    }
+}
+
+/// The customer API's request context: Hummingbird's basic one, with the connection's peer address.
+struct CustomerAPIRequestContext: RequestContext, RemoteAddressRequestContext {
+    var coreContext: CoreRequestContextStorage
+    let remoteAddress: SocketAddress?
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress
     }
 }

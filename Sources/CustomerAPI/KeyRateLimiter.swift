@@ -18,6 +18,17 @@ final class KeyRateLimiter: Sendable {
         self.burst = Double(burst)
     }
 
+    /// Gives back a token taken for `key` (an attempt that proved to be a known key's).
+    func refund(key: String) {
+        guard rate > 0 else { return }
+        buckets.withLock { buckets in
+            if var bucket = buckets[key] {
+                bucket.tokens = min(burst, bucket.tokens + 1)
+                buckets[key] = bucket
+            }
+        }
+    }
+
     /// Takes a token for `key`; nil when the request may go on, else the seconds to wait (at least 1).
     func refusal(key: String, now: ContinuousClock.Instant = .now) -> Int? {
         guard rate > 0 else { return nil }

@@ -92,12 +92,14 @@ public struct WebhookTarget: Sendable {
         return nil
     }
 
-    /// getaddrinfo cannot be cancelled: it runs on NIO's thread pool and its answer is dropped if the deadline
-    /// comes first (the thread finishes on its own).
-    static func resolveBeforeDeadline(_ host: String, deadline: ContinuousClock.Instant) async -> Result<[ResolvedAddress], WebhookTargetError> {
+    /// getaddrinfo cannot be cancelled: it runs on a thread of its own, one per host at a time (`HostResolver`), and
+    /// its answer is dropped for an attempt whose deadline came first (the thread finishes on its own).
+    static func resolveBeforeDeadline(
+        _ host: String, deadline: ContinuousClock.Instant, resolver: HostResolver = .shared
+    ) async -> Result<[ResolvedAddress], WebhookTargetError> {
         do {
             return try await withDeadline(ContinuousClock.now.duration(to: deadline), "resolving a webhook host") {
-                try await NIOThreadPool.singleton.runIfActive { Self.resolve(host) }
+                await resolver.resolve(host)
             }
         } catch {
             let why = error is StepTimedOut ? "did not resolve before the attempt's deadline" : "could not be resolved: \(error)"

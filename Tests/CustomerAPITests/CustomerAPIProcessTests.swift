@@ -164,6 +164,31 @@ struct CustomerAPIProcessTests: ProcessSuite {
         await scene.finish()
     }
 
+    @Test("unknown key ids cost their address, before any query: a flood of random ids from one address is 429 past the burst (answers from memory); a key that authenticated before is not slowed")
+    func unknownKeysLimitedPerAddress() async throws {
+        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        try await scene.startAPI(extra: ["CUSTOMER_API_AUTH_ATTEMPTS": "2", "CUSTOMER_API_AUTH_BURST": "20"])
+        let reader = try await scene.key(scope: "read")
+        let path = "/v1/apps/\(scene.bundleId)/customers/\(UUID().uuidString.lowercased())"
+        #expect(try await scene.request("GET", path, key: reader.secret).status == 200, "the good key authenticates once")
+        let statuses = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<200 {
+                group.addTask {
+                    let id = (0..<12).map { _ in "0123456789abcdef".randomElement()! }
+                    let random = "ak_key_\(String(id))_" + String(repeating: "A", count: 43)
+                    return (try? await scene.request("GET", path, key: random).status) ?? 0
+                }
+            }
+            var all: [Int] = []
+            for await status in group { all.append(status) }
+            return all
+        }
+        let unauthorized = statuses.filter { $0 == 401 }.count
+        #expect(unauthorized <= 25 && statuses.filter { $0 == 429 }.count == 200 - unauthorized, "\(Dictionary(grouping: statuses, by: { $0 }).mapValues(\.count))")
+        #expect(try await scene.request("GET", path, key: reader.secret).status == 200, "a known key from the same address is not limited by the flood")
+        await scene.finish()
+    }
+
     @Test("refusals: 401 without, with an unknown and with a revoked key (within a second); 403 for another app's key and a read key's POST; 400 for a bare id or a customerId not a UUID; 422 with the verifier's code; 404 for an unknown id; 408 for a slow client")
     func refusals() async throws {
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
