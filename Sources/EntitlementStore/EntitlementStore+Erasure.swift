@@ -40,6 +40,11 @@ extension EntitlementStore {
         try await erasedIndices(claims) { try await client.query($0, logger: logger) }
     }
 
+    /// `erased(_:)` on a transaction's connection (after it took the erasure lock shared).
+    public func erased(_ claims: [ErasureClaim?], on connection: PostgresConnection) async throws -> Set<Int> {
+        try await erasedIndices(claims) { try await connection.query($0, logger: logger) }
+    }
+
     func erasedIndices(_ claims: [ErasureClaim?], query: (PostgresQuery) async throws -> PostgresRowSequence) async throws -> Set<Int> {
         var digestsByClaim: [[String]] = []
         var all: Set<String> = []

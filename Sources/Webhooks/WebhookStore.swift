@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
@@ -145,10 +146,15 @@ public enum DeliveryOutcome: Sendable, Hashable {
 public struct WebhookStore: Sendable {
     let client: PostgresClient
     let logger: Logger
+    /// `ERASURE_KEY_FILE`: events about an erased customer dated before the erasure make no delivery, even when
+    /// their outbox row was pruned before the erasure (so `erased_events` never learnt their ids) and a replay or a
+    /// rewind of the events topic reads them again. Required once erasures exist (`ErasureFailure.keyMissing`).
+    public let erasureKey: ErasureKey?
 
-    public init(client: PostgresClient, logger: Logger) {
+    public init(client: PostgresClient, logger: Logger, erasureKey: ErasureKey? = nil) {
         self.client = client
         self.logger = logger
+        self.erasureKey = erasureKey
     }
 
     // MARK: - Endpoints
@@ -248,12 +254,27 @@ public struct WebhookStore: Sendable {
         // the erasure lock shared makes "after" exact: an erasure running now waits for this insert, then deletes it.
         return try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock_shared(\(ErasureLock.advisoryKey))", logger: logger)
+            // The suppression list too: an event whose subscription (or app transaction) was erased after the event.
+            let claims = events.map { event in
+                event.bundleId.map { bundleId in
+                    ErasureClaim(
+                        bundleId: bundleId,
+                        identifiers: [ErasedIdentifier(.originalTransactionId, bundleId: bundleId, value: event.subject), ErasedIdentifier(.appTransactionId, bundleId: bundleId, value: event.subject)],
+                        time: event.time)
+                }
+            }
+            let erased = try await EntitlementStore(client: client, logger: logger, erasureKey: erasureKey).erased(claims, on: connection)
+            let erasedIds = Set(erased.map { events[$0].id })
+            let kept = erasedIds.isEmpty ? payload : JSONValue.array(rows.filter { row in
+                guard case .object(let object) = row, let id = object["event_id"]?.stringValue else { return true }
+                return !erasedIds.contains(id)
+            }).serialized
             let inserted = try await connection.query(
                 """
                 INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, traceparent)
                 SELECT r.endpoint_id, r.event_id, r.event_type, r.subject, to_timestamp(r.event_time / 1000.0), r.kafka_partition, r.kafka_offset, r.body,
                     r.traceparent
-                FROM jsonb_to_recordset(\(payload)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
+                FROM jsonb_to_recordset(\(kept)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
                     kafka_partition int, kafka_offset bigint, body text, traceparent text)
                 WHERE NOT EXISTS (SELECT 1 FROM erased_events e WHERE e.event_id = r.event_id)
                 ON CONFLICT (endpoint_id, event_id) DO NOTHING

@@ -27,7 +27,7 @@ public func buildWebhooksServices(
 ) throws -> WebhooksServices {
     let postgres = PostgresClient(configuration: try configuration.postgresConfiguration(), backgroundLogger: logger)
     let consumer = try KafkaConsumer(configuration: configuration.consumerConfiguration, topics: [configuration.eventsTopic], logger: logger)
-    let store = WebhookStore(client: postgres, logger: logger)
+    let store = WebhookStore(client: postgres, logger: logger, erasureKey: configuration.erasureKey)
     let metrics = WebhooksMetrics(registry: registry)
     let ingester = WebhookIngester(consumer: consumer, storeTimeout: configuration.storeTimeout, store: store, metrics: metrics, logger: logger)
     let dispatcher = WebhookDispatcher(

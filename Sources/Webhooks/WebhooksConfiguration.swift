@@ -41,6 +41,9 @@ public struct WebhooksConfiguration: Sendable {
     /// `POSTGRES_URL`, `POSTGRES_POOL_SIZE`.
     public var postgresURL = ""
     public var postgresPoolSize = 8
+    /// `ERASURE_KEY_FILE` / `ERASURE_KEY`: the workers' erasure key, so an erased customer's events read again from the
+    /// topic make no delivery (docs/privacy.md). Needed once erasures exist.
+    public var erasureKey: ErasureKey?
 
     /// 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h five times and 14 h: about three days (71.6 h) in all, like the
     /// hosted services' schedules, each delay with ±20 % jitter.
@@ -55,7 +58,7 @@ public struct WebhooksConfiguration: Sendable {
     public static let environmentKeys = [
         "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
         "WEBHOOK_RETRY_SCHEDULE", "WEBHOOK_DISABLE_AFTER_FAILURES", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_DELIVERY_RETENTION", "WEBHOOKS_CONCURRENCY", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT",
-        "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL",
+        "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
@@ -76,6 +79,7 @@ public struct WebhooksConfiguration: Sendable {
         configuration.disableAfterFailures = try environment.int("WEBHOOK_DISABLE_AFTER_FAILURES", default: configuration.disableAfterFailures, range: 1...10_000)
         configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
         configuration.deliveryRetention = try environment.duration("WEBHOOK_DELIVERY_RETENTION", default: configuration.deliveryRetention)
+        configuration.erasureKey = try PipelineSettings.erasureKey(environment)
         configuration.concurrency = try environment.int("WEBHOOKS_CONCURRENCY", default: configuration.concurrency, range: 1...256)
         configuration.maximumInFlightPerEndpoint = try environment.int(
             "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
@@ -141,6 +145,7 @@ public struct WebhooksConfiguration: Sendable {
           WEBHOOKS_POLL_INTERVAL_MS        how often due deliveries are looked for when there were none (200)
           WEBHOOKS_STORE_TIMEOUT_MS        the longest a database step may take before it is retried (15000)
           POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (8)
+          ERASURE_KEY_FILE, ERASURE_KEY    the workers' erasure key: an erased customer's events make no delivery (docs/privacy.md)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
         Endpoints: pipelinectl webhooks add --url U [--bundle-id B]... [--environment E] [--type T]... [--allow-http]. docs/webhooks.md.
         """

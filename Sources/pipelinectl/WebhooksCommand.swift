@@ -24,7 +24,7 @@ struct WebhooksCommand: AsyncParsableCommand {
 
     static func withWebhookStore<T: Sendable>(_ connection: ConnectionOptions, _ body: @Sendable (WebhookStore) async throws -> T) async throws -> T {
         try await connection.withMigratedStore { store in
-            return try await body(WebhookStore(client: store.client, logger: toolLogger))
+            return try await body(WebhookStore(client: store.client, logger: toolLogger, erasureKey: store.erasureKey))
         }
     }
 

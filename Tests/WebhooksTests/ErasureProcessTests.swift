@@ -33,8 +33,8 @@ struct ErasureProcessTests: ProcessSuite {
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: erasure)
         let pull = scene.scene
         try await pull.startIngest()
-        _ = try await scene.add("/hook/erasure")
-        try await scene.startWebhooks()
+        let endpoint = try await scene.add("/hook/erasure")
+        try await scene.startWebhooks(extra: erasure)
         let minter = scene.fixture.minter
 
         let events = NotificationMinter.lifecycleEvents(subscriptions: 2, start: Int64(Date().timeIntervalSince1970 * 1000) - 90 * 86_400_000)
@@ -80,6 +80,9 @@ struct ErasureProcessTests: ProcessSuite {
         #expect(!bBefore.isEmpty)
         #expect(try await TestDatabase.with(pull.database) { try await DatabaseScan.mentions(of: aIdentifiers, in: $0) }.count > 5)
 
+        // A's outbox rows pruned before the erasure (EVENTS_OUTBOX_RETENTION passed): erased_events will not know
+        // their ids, yet the events topic still has them for a replay.
+        _ = try await pull.query("DELETE FROM entitlement_events_outbox WHERE original_transaction_id = '\(aEvents[0].originalTransactionId)' RETURNING 1", as: Int.self)
         let erasedAt = Int64(Date().timeIntervalSince1970 * 1000)
         let erased = try await pull.run(
             ["customers", "erase", "--app-account-token", aEvents[0].appAccountToken, "--bundle-id", minter.bundleId, "--reason", "ticket 1", "--request-id",
@@ -99,6 +102,14 @@ struct ErasureProcessTests: ProcessSuite {
         let notice = scene.receiver.deliveries.first { $0.type == "customer.erased" }
         #expect(notice?.subject == "privacy-1", "\(scene.fixture.logTail())")
         #expect(!(notice.map { String(decoding: $0.body, as: UTF8.self) } ?? "").contains(aEvents[0].originalTransactionId))
+        // `webhooks replay` of everything the topic holds: A's events (pruned from the outbox before the erasure) make
+        // no delivery; B's are delivered again.
+        let aDelivered = scene.receiver.deliveries.filter { $0.subject == aEvents[0].originalTransactionId }.count
+        let replayed = try await pull.run(["webhooks", "replay", "--endpoint", endpoint.id, "--since", "1d"], extra: scene.toolEnvironment.merging(erasure) { $1 })
+        #expect(replayed.status == 0, "\(replayed.output)")
+        #expect(try await pull.query("SELECT count(*)::int FROM webhook_deliveries WHERE subject = '\(aEvents[0].originalTransactionId)'", as: Int.self).first == 0)
+        try await Task.sleep(for: .seconds(2))
+        #expect(scene.receiver.deliveries.filter { $0.subject == aEvents[0].originalTransactionId }.count == aDelivered, "no new delivery about A")
 
         // Replay from earliest (a worker restarted on the rewound group), re-drive the dead letters, backfill, reconcile A.
         await scene.fixture.stopOneByOne(pull.workers)

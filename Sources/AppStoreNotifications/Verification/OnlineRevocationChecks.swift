@@ -26,10 +26,11 @@ public struct OnlineRevocationChecks: Sendable {
     }
 }
 
-/// Chains that passed an online check, and when.
+/// Chains that passed an online check, and when; and the checks under way.
 final class OnlineCheckCache: Sendable {
     private let entries = Mutex<[String: ContinuousClock.Instant]>([:])
     let lifetime: Duration
+    let flights = OnlineCheckFlights()
 
     init(lifetime: Duration) { self.lifetime = lifetime }
 
@@ -85,10 +86,76 @@ extension SignedPayloadVerifier {
             if let unreachable = probe.unreachable.withLock({ $0 }) {
                 throw .revocationCheckUnavailable("the OCSP responder could not be reached (\(unreachable)); the record is retried")
             }
-            if reasons.contains("revoked through OCSP") {
-                throw .certificateRevoked("a certificate of the chain is revoked: \(reasons)")
-            }
-            throw .revocationCheckUnavailable("no verified OCSP answer: \(reasons); the record is retried")
+            throw Self.classify(reasons)
         }
+    }
+
+    /// What a definitive answer that is not `good` means (the policy's failure reasons, swift-certificates' words):
+    /// revoked, unknown and refused are the responder's verified word; an answer that does not verify is invalid;
+    /// only the responder's own "ask later" (`tryLater`, `internalError`) waits, as no answer does.
+    static func classify(_ reasons: String) -> VerificationError {
+        if reasons.contains("revoked through OCSP") { return .certificateRevoked("a certificate of the chain is revoked: \(reasons)") }
+        if reasons.contains("status unknown") { return .revocationStatusUnknown("the OCSP responder does not know a certificate of the chain: \(reasons)") }
+        if reasons.contains("OCSP request failed") {
+            if reasons.contains("tryLater") || reasons.contains("internalError") {
+                return .revocationCheckUnavailable("the OCSP responder asked to be asked later: \(reasons); the record is retried")
+            }
+            return .revocationCheckRefused("the OCSP responder refused to answer: \(reasons)")
+        }
+        return .revocationAnswerInvalid("the OCSP answer does not verify: \(reasons)")
+    }
+
+    /// The online check, once the signature verified: only a JWS whose signature holds costs a responder query (a
+    /// forged one never makes us ask), and one query per chain at a time (`OnlineCheckFlights`): the records of a batch
+    /// signed by one chain wait for the same answer when the cache expired.
+    func checkOnlineIfDue(x5c: [String], signedDate: Timestamp) async throws(VerificationError) {
+        guard let checks = configuration.onlineChecks, let onlineCache else { return }
+        let key = Self.chainKey(x5c)
+        if onlineCache.isFresh(key) { return }
+        let leaf = try Self.certificate(x5c[0], position: 0)
+        let intermediate = try Self.certificate(x5c[1], position: 1)
+        let outcome = await onlineCache.flights.run(key) { () async -> VerificationError? in
+            do throws(VerificationError) {
+                try await self.checkOnline(leaf: leaf, intermediate: intermediate, at: signedDate.date, key: key, checks: checks, cache: onlineCache)
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let outcome { throw outcome }
+    }
+}
+
+/// One online check per chain at a time (single flight): a caller asking while a check of the same chain is under
+/// way waits for its outcome instead of sending its own query.
+final class OnlineCheckFlights: Sendable {
+    typealias Outcome = VerificationError?
+    private let waiting = Mutex<[String: [CheckedContinuation<Outcome, Never>]]>([:])
+    private let queries = Atomic<Int>(0)
+
+    /// Queries started (tests count them).
+    var started: Int { queries.load(ordering: .relaxed) }
+
+    func run(_ key: String, _ check: @escaping @Sendable () async -> Outcome) async -> Outcome {
+        let leader = waiting.withLock { waiting -> Bool in
+            if waiting[key] != nil { return false }
+            waiting[key] = []
+            return true
+        }
+        guard leader else {
+            return await withCheckedContinuation { continuation in
+                let joined = waiting.withLock { waiting -> Bool in
+                    guard waiting[key] != nil else { return false }
+                    waiting[key]!.append(continuation)
+                    return true
+                }
+                // The flight ended between the two looks: its outcome is in the cache (or failed); check again.
+                if !joined { continuation.resume(returning: .revocationCheckUnavailable("the concurrent online check ended; the record is retried")) }
+            }
+        }
+        queries.add(1, ordering: .relaxed)
+        let outcome = await check()
+        for waiter in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { waiter.resume(returning: outcome) }
+        return outcome
     }
 }

@@ -63,7 +63,7 @@ public final class SignedPayloadVerifier: Sendable {
     public let configuration: Configuration
     private let roots: CertificateStore
     private let cache: CertificateChainCache
-    private let onlineCache: OnlineCheckCache?
+    let onlineCache: OnlineCheckCache?
     /// The trusted roots, for the online check's own chain building.
     var trustRoots: CertificateStore { roots }
     private let headers: BoundedCache<String, [String]>
@@ -176,6 +176,7 @@ public final class SignedPayloadVerifier: Sendable {
         guard leafKey.isValidSignature(signature, for: parsed.digest) else {
             throw .signatureMismatch("the ES256 signature does not verify with the leaf certificate's key")
         }
+        try await checkOnlineIfDue(x5c: parsed.x5c, signedDate: signedDate)
         return VerifiedJWS(kind: kind, payload: parsed.payload, signedDate: signedDate)
     }
 
@@ -311,12 +312,6 @@ public final class SignedPayloadVerifier: Sendable {
     func verifiedLeafKey(x5c: [String], signedDate: Timestamp) async throws(VerificationError) -> P256.Signing.PublicKey {
         let milliseconds = signedDate.millisecondsSince1970
         if let entry = cache.lookup(x5c), entry.covers(milliseconds) {
-            if let checks = configuration.onlineChecks, let onlineCache, !onlineCache.isFresh(Self.chainKey(x5c)) {
-                try await checkOnline(
-                    leaf: try Self.certificate(x5c[0], position: 0), intermediate: try Self.certificate(x5c[1], position: 1), at: signedDate.date,
-                    key: Self.chainKey(x5c),
-                    checks: checks, cache: onlineCache)
-            }
             return entry.leafKey
         }
         var certificates: [Certificate] = []
@@ -354,9 +349,6 @@ public final class SignedPayloadVerifier: Sendable {
         let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore([intermediate]))
         switch result {
         case .validCertificate(let chain):
-            if let checks = configuration.onlineChecks, let onlineCache {
-                try await checkOnline(leaf: leaf, intermediate: intermediate, at: date, key: Self.chainKey(x5c), checks: checks, cache: onlineCache)
-            }
             let validFrom = chain.map { Timestamp($0.notValidBefore).millisecondsSince1970 }.max() ?? milliseconds
             let validUntil = chain.map { Timestamp($0.notValidAfter).millisecondsSince1970 }.min() ?? milliseconds
             cache.insert(.init(leafKey: leafKey, validFrom: validFrom, validUntil: validUntil), for: x5c)

@@ -43,10 +43,19 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
     case nestedInvalid(NestedField, VerificationError)
     /// Online checks (`OnlineRevocationChecks`): the chain's responder says a certificate is revoked. Permanent.
     case certificateRevoked(String)
-    /// Online checks: no verified answer from the responder (unreachable, an error status, an answer that does not
-    /// verify). The one *transient* case: the record waits and is verified again (`isTransient`), never accepted
+    /// Online checks: no answer at all from the responder (unreachable, timed out, or its own `tryLater` and
+    /// `internalError`). The one *transient* case: the record waits and is verified again (`isTransient`), never accepted
     /// unchecked and never dead-lettered for it.
     case revocationCheckUnavailable(String)
+    /// Online checks: the responder answered, verified, that it does not know the certificate's status (`unknown`).
+    /// Permanent: asking again gets the same answer (re-drive once the responder knows it).
+    case revocationStatusUnknown(String)
+    /// Online checks: the responder refused to answer for this certificate (`unauthorized`, `sigRequired`,
+    /// `malformedRequest`). Permanent.
+    case revocationCheckRefused(String)
+    /// Online checks: an answer came but does not verify (it does not parse, its signature or responder is wrong,
+    /// its nonce differs, it is stale). Permanent: no answer is trusted unverified and none is waited for forever.
+    case revocationAnswerInvalid(String)
 
     /// A stable identifier for dashboards, dead-letter headers and scripts. Never changes once released.
     public var code: String {
@@ -71,6 +80,9 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
         case .nestedInvalid: "nestedInvalid"
         case .certificateRevoked: "certificateRevoked"
         case .revocationCheckUnavailable: "revocationCheckUnavailable"
+        case .revocationStatusUnknown: "revocationStatusUnknown"
+        case .revocationCheckRefused: "revocationCheckRefused"
+        case .revocationAnswerInvalid: "revocationAnswerInvalid"
         }
     }
 
@@ -93,7 +105,8 @@ public indirect enum VerificationError: Error, Sendable, Hashable, CustomStringC
             .invalidChain(let detail), .missingAppleOID(let detail), .certificateExpiredAtSignedDate(let detail),
             .certificateNotYetValidAtSignedDate(let detail), .signatureMismatch(let detail),
             .bundleIdMismatch(let detail), .appAppleIdMismatch(let detail), .environmentMismatch(let detail),
-            .environmentNotAllowed(let detail), .certificateRevoked(let detail), .revocationCheckUnavailable(let detail):
+            .environmentNotAllowed(let detail), .certificateRevoked(let detail), .revocationCheckUnavailable(let detail),
+            .revocationStatusUnknown(let detail), .revocationCheckRefused(let detail), .revocationAnswerInvalid(let detail):
             detail
         case .wrongPayloadKind(let expected, let found):
             "expected a signed \(expected.rawValue), found \(found.map { "a signed \($0.rawValue)" } ?? "an unrecognised payload")"
