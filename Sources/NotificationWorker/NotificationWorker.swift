@@ -89,10 +89,16 @@ public final class NotificationWorker: Service, Sendable {
                 await withTaskGroup(of: Void.self) { writes in
                     var writing = false
                     var batch: [KafkaConsumerMessage] = []
+                    var held = HeldPartitions()
                     while !Task.isCancelled, !Task.isShuttingDownGracefully {
                         do {
+                            await resumeDue(&held)
+                            // Records of a held partition polled before it was paused are dropped: it was sought back
+                            // to its waiting record, and is read again from there once resumed.
+                            batch.removeAll { held.contains($0.topicPartition) }
                             if batch.isEmpty {
                                 batch = try await consumer.pollBatch(maximum: configuration.batchSize, timeoutMilliseconds: 200)
+                                batch.removeAll { held.contains($0.topicPartition) }
                                 if batch.isEmpty { continue }
                             }
                             // The next poll (librdkafka's queue, on the client's own thread) runs beside this verification.
@@ -100,9 +106,14 @@ public final class NotificationWorker: Service, Sendable {
                             let started = ContinuousClock.now
                             let trace = BatchTrace(batch, consumerGroup: configuration.groupId)
                             var outcomes = await verify(batch, trace: trace)
-                            // An online revocation check without an answer: those records are verified again until
-                            // the responder answers (or the process stops: the batch is then redelivered).
-                            guard await settleTransientFailures(&outcomes, batch) else { break }
+                            // An online revocation check without an answer holds back only its own partition, from
+                            // that record on (paused, sought back to it, read again after a backoff); every other
+                            // partition's records go on.
+                            await hold(waitingIn: &batch, &outcomes, held: &held)
+                            if batch.isEmpty {
+                                batch = try await following
+                                continue
+                            }
                             metrics.verificationDuration.record(ContinuousClock.now - started)
                             if writing { await writes.next() }
                             writes.addTask(priority: .high) { [batch] in await self.write(batch, outcomes, trace: trace, started: started) }
@@ -389,31 +400,70 @@ public final class NotificationWorker: Service, Sendable {
         }
     }
 
-    /// Verifies again, with backoff, the records whose verification failed transiently (an online revocation check
-    /// that got no answer), until none is left; false when the process stops first. Never dead-letters them and
-    /// never lets them through unchecked; counted in `worker_revocation_check_waits_total`, the worker not ready.
-    func settleTransientFailures(_ outcomes: inout [VerifiedRecord], _ batch: [KafkaConsumerMessage]) async -> Bool {
-        var attempt = 0
-        while true {
-            let waiting = outcomes.indices.filter { index in
-                if case .failure(let error) = outcomes[index].outcome { return error.isTransient }
-                return false
-            }
-            guard !waiting.isEmpty else {
-                if attempt > 0 { revocationChecksAnswering.set(true) }
-                return true
-            }
-            attempt += 1
-            revocationChecksAnswering.set(false)
-            metrics.revocationCheckWaits(waiting.count)
-            if case .failure(let error) = outcomes[waiting[0]].outcome {
-                logger.warning("records wait for an online revocation check", metadata: ["records": "\(waiting.count)", "attempt": "\(attempt)", "reason": "\(error.reason)"])
-            }
-            if Task.isCancelled || Task.isShuttingDownGracefully { return false }
-            try? await Task.sleep(for: Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff))
-            if Task.isCancelled || Task.isShuttingDownGracefully { return false }
-            for index in waiting { outcomes[index] = await Self.verifiedRecord(batch[index], with: verifier) }
+    /// Partitions held back because one of their records waits for an online revocation check's answer: each from
+    /// its first waiting record, until its backoff passes.
+    struct HeldPartitions {
+        var entries: [KafkaTopicPartition: (offset: Int64, resumeAt: ContinuousClock.Instant, attempt: Int)] = [:]
+        /// Consecutive holds per partition (the backoff grows while the responder stays silent).
+        var attempts: [KafkaTopicPartition: Int] = [:]
+
+        func contains(_ partition: KafkaTopicPartition) -> Bool { entries[partition] != nil }
+    }
+
+    /// Holds back the partitions with a record whose verification failed transiently (an online revocation check
+    /// that got no answer): the partition is paused and sought back to that record, and the batch keeps only what
+    /// comes before it in that partition (order holds; offsets are stored only for what is written). Never
+    /// dead-letters such a record and never lets it through unchecked; counted in
+    /// `worker_revocation_check_waits_total`, the worker not ready while any partition is held.
+    func hold(waitingIn batch: inout [KafkaConsumerMessage], _ outcomes: inout [VerifiedRecord], held: inout HeldPartitions) async {
+        var firstWaiting: [KafkaTopicPartition: Int64] = [:]
+        var reason = ""
+        for (message, outcome) in zip(batch, outcomes) {
+            guard case .failure(let error) = outcome.outcome, error.isTransient else { continue }
+            firstWaiting[message.topicPartition] = min(firstWaiting[message.topicPartition] ?? .max, message.offset)
+            reason = error.reason
         }
+        // A partition that came back and verified: its backoff starts over next time.
+        for partition in Set(batch.map(\.topicPartition)) where firstWaiting[partition] == nil { held.attempts[partition] = nil }
+        guard !firstWaiting.isEmpty else {
+            if held.entries.isEmpty { revocationChecksAnswering.set(true) }
+            return
+        }
+        revocationChecksAnswering.set(false)
+        for (partition, offset) in firstWaiting {
+            let attempt = (held.attempts[partition] ?? 0) + 1
+            held.attempts[partition] = attempt
+            let backoff = Self.backoff(attempt: attempt, maximum: configuration.maximumBackoff)
+            do {
+                try await consumer.pause([partition])
+                try await consumer.seek(partition, to: offset)
+            } catch {
+                logger.warning("could not hold back a partition waiting for an online revocation check", metadata: ["partition": "\(partition)", "error": "\(error)"])
+            }
+            held.entries[partition] = (offset, ContinuousClock.now + backoff, attempt)
+            logger.warning(
+                "a partition waits for an online revocation check", metadata: ["partition": "\(partition)", "offset": "\(offset)", "attempt": "\(attempt)", "reason": "\(reason)"])
+        }
+        let kept = zip(batch, outcomes).filter { message, _ in firstWaiting[message.topicPartition].map { message.offset < $0 } ?? true }
+        metrics.revocationCheckWaits(batch.count - kept.count)
+        batch = kept.map(\.0)
+        outcomes = kept.map(\.1)
+    }
+
+    /// Resumes the held partitions whose backoff passed: their records are read again from the one that waited.
+    func resumeDue(_ held: inout HeldPartitions) async {
+        let now = ContinuousClock.now
+        for (partition, entry) in held.entries where entry.resumeAt <= now {
+            do {
+                try await consumer.resume([partition])
+            } catch {
+                // Revoked meanwhile (its next owner reads it from the last stored offset): nothing to resume.
+                logger.debug("could not resume a held partition", metadata: ["partition": "\(partition)", "error": "\(error)"])
+            }
+            held.entries[partition] = nil
+        }
+        // Ready again once nothing is held (a record that still gets no answer holds its partition again).
+        if held.entries.isEmpty { revocationChecksAnswering.set(true) }
     }
 
     /// A record's verification outcome and, for a verified JWS, its archive form (taken apart in the same task).

@@ -22,6 +22,9 @@ public final class TestOCSPResponder: Sendable {
         var revoked: Set<Certificate.SerialNumber> = []
         var down = false
         var garbage = false
+        var unknownStatus = false
+        var unauthorized = false
+        var stale = false
         var queries = 0
         var issuers: [(certificate: Certificate, key: P384.Signing.PrivateKey)] = []
         var server: LoopbackServer?
@@ -41,6 +44,12 @@ public final class TestOCSPResponder: Sendable {
     public func setDown(_ down: Bool) { state.withLock { $0.down = down } }
     /// An `internalError` answer.
     public func setGarbage(_ garbage: Bool) { state.withLock { $0.garbage = garbage } }
+    /// A verified answer whose status is `unknown`.
+    public func setUnknownStatus(_ unknown: Bool) { state.withLock { $0.unknownStatus = unknown } }
+    /// An `unauthorized` answer (the responder will not answer for these certificates).
+    public func setUnauthorized(_ unauthorized: Bool) { state.withLock { $0.unauthorized = unauthorized } }
+    /// A signed answer whose `nextUpdate` has passed (stale).
+    public func setStale(_ stale: Bool) { state.withLock { $0.stale = stale } }
     public var queries: Int { state.withLock { $0.queries } }
 
     struct Unreachable: Error, CustomStringConvertible { var description: String { "connection refused" } }
@@ -67,12 +76,13 @@ public final class TestOCSPResponder: Sendable {
 
     /// What `OnlineRevocationChecks.query` calls (in process), and the HTTP route answers.
     public func answer(_ requestBytes: [UInt8]) throws -> [UInt8] {
-        let (down, garbage, revoked, issuers) = state.withLock { state in
+        let (down, garbage, revoked, issuers, unknownStatus, unauthorized, stale) = state.withLock { state in
             state.queries += 1
-            return (state.down, state.garbage, state.revoked, state.issuers)
+            return (state.down, state.garbage, state.revoked, state.issuers, state.unknownStatus, state.unauthorized, state.stale)
         }
         if down { throw Unreachable() }
         if garbage { return [0x30, 0x03, 0x0A, 0x01, 0x02] }  // OCSPResponse { responseStatus: internalError }
+        if unauthorized { return [0x30, 0x03, 0x0A, 0x01, 0x06] }  // OCSPResponse { responseStatus: unauthorized }
         let request = try OCSPRequest(derEncoded: requestBytes[...])
         let single = try require_(request.tbsRequest.requestList.first)
         let now = Date()
@@ -81,16 +91,17 @@ public final class TestOCSPResponder: Sendable {
         }
         let status: OCSPCertStatus = revoked.contains(single.certID.serialNumber)
             ? .revoked(OCSPRevokedInfo(revocationTime: GeneralizedTime(now.addingTimeInterval(-3600)), revocationReason: CRLReason(rawValue: 1)))
-            : .good
+            : unknownStatus ? .unknown : .good
+        let updated = stale ? now.addingTimeInterval(-7 * 86_400) : now.addingTimeInterval(-60)
         var extensions: Certificate.Extensions?
         if let nonce = request.tbsRequest.requestExtensions?.first(where: { $0.oid == .OCSPExtensionID.nonceIdentifier }) {
             extensions = try Certificate.Extensions([nonce])
         }
         let data = OCSPResponseData(
-            responderID: .byName(issuer.certificate.subject), producedAt: GeneralizedTime(now.addingTimeInterval(-5)),
+            responderID: .byName(issuer.certificate.subject), producedAt: GeneralizedTime(stale ? updated : now.addingTimeInterval(-5)),
             responses: [OCSPSingleResponse(
-                certID: single.certID, certStatus: status, thisUpdate: GeneralizedTime(now.addingTimeInterval(-60)),
-                nextUpdate: GeneralizedTime(now.addingTimeInterval(3600)))],
+                certID: single.certID, certStatus: status, thisUpdate: GeneralizedTime(updated),
+                nextUpdate: GeneralizedTime(updated.addingTimeInterval(3600)))],
             responseExtensions: extensions)
         var serializer = DER.Serializer()
         try serializer.serialize(data)

@@ -61,12 +61,12 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), one at a time: the
     /// tansu test broker reports a partition's end as the base offset of its last batch, so records batched
     /// together would make lag and replay counts there look smaller than they are.
-    public func produce(_ payloads: some Collection<String>, topic: String? = nil) async throws {
+    public func produce(_ payloads: some Collection<String>, topic: String? = nil, partition: Int32? = nil) async throws {
         let topic = topic ?? self.topic
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
         for payload in payloads {
             let record = KafkaProducerMessage(
-                topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
+                topic: topic, partition: partition, key: UnverifiedPeek.partitionKey(ofNotification: payload).map { Array($0.utf8) }, value: Array(payload.utf8),
                 headers: [KafkaHeader(key: NotificationRecordHeader.receivedAt, string: "1780000000000")], timestamp: 1_780_000_000_000)
             _ = try await producer.sendAndAwait(record)
         }

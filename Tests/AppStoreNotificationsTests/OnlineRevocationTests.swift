@@ -103,4 +103,52 @@ struct OnlineRevocationTests {
         }
         #expect(error.code == "nestedInvalid" && error.rootCause.code == "certificateRevoked" && !error.isTransient, "\(error)")
     }
+
+    @Test("definitive answers that are not good are permanent, each with its code: unknown, unauthorized, stale; only no answer waits")
+    func definitiveAnswers() async throws {
+        for (mode, code) in [("unknown", "revocationStatusUnknown"), ("unauthorized", "revocationCheckRefused"), ("stale", "revocationAnswerInvalid")] {
+            let verifier = try verifier(online: true)
+            responder.setUnknownStatus(mode == "unknown")
+            responder.setUnauthorized(mode == "unauthorized")
+            responder.setStale(mode == "stale")
+            guard case .failure(let error) = await outcome(verifier, notification(6)) else {
+                Issue.record("\(mode): verified without a good answer")
+                continue
+            }
+            #expect(error.code == code && !error.isTransient, "\(mode): \(error)")
+        }
+        responder.setUnknownStatus(false)
+        responder.setUnauthorized(false)
+        responder.setStale(false)
+        _ = try await verifier(online: true).verifyNotification(notification(6))
+    }
+
+    @Test("the online check runs after the signature check, and once per chain at a time: a forged signature asks nothing; 30 concurrent records ask once")
+    func afterSignatureAndSingleFlight() async throws {
+        let responder = responder
+        var configuration = try SignedPayloadVerifier.Configuration(
+            apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER])
+        configuration.onlineChecks = OnlineRevocationChecks(cacheLifetime: .seconds(3600)) { request, _ in
+            try await Task.sleep(for: .milliseconds(100))  // a responder that takes its time: the records meet in flight
+            return try responder.answer(request)
+        }
+        let verifier = try SignedPayloadVerifier(configuration: configuration)
+        // A valid chain with a signature that does not verify: refused as such, without an OCSP query.
+        let genuine = notification(7)
+        let parts = genuine.split(separator: ".")
+        var signature = Array(Base64.decode(parts[2], alphabet: .url)!)
+        signature[10] ^= 0xFF
+        let forged = parts[0] + "." + parts[1] + "." + Base64.encode(signature, alphabet: .url)
+        guard case .failure(let error) = await outcome(verifier, String(forged)) else { Issue.record("a forged signature verified"); return }
+        #expect(error.code == "signatureMismatch")
+        #expect(responder.queries == 0, "no query for a payload whose signature fails")
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for seed in 0..<30 { group.addTask { (try? await verifier.verifyNotification(self.notification(100 + seed))) != nil } }
+            var all: [Bool] = []
+            for await result in group { all.append(result) }
+            return all
+        }
+        #expect(results.allSatisfy { $0 }, "every record verified")
+        #expect(responder.queries == 2, "one check of the chain (the leaf and the intermediate), not one per record: \(responder.queries)")
+    }
 }
