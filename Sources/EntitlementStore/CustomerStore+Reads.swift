@@ -77,11 +77,19 @@ extension CustomerStore {
                 LEFT JOIN customer_ownership o
                     ON o.environment = k.environment AND o.bundle_id = \(bundleId) AND o.original_transaction_id = k.original_transaction_id
                 WHERE coalesce(o.customer_id, lower(e.app_account_token)) = \(customerId)
+            ), own_apps AS (
+                -- The member's app transactions: of their subscriptions, and of their own one-time purchases (a member
+                -- whose only own rows are consumables still owns the family-shared subscription of their download).
+                SELECT app_transaction_id FROM owned WHERE app_transaction_id IS NOT NULL
+                UNION
+                SELECT t.app_transaction_id FROM transactions t
+                WHERE t.bundle_id = \(bundleId) AND lower(t.app_account_token) = \(customerId) AND t.app_account_token IS NOT NULL
+                    AND t.app_transaction_id IS NOT NULL
             ), family AS (
                 SELECT e.environment, e.original_transaction_id FROM entitlements e
                 LEFT JOIN customer_ownership o
                     ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
-                WHERE e.app_transaction_id IN (SELECT app_transaction_id FROM owned WHERE app_transaction_id IS NOT NULL)
+                WHERE e.app_transaction_id IN (SELECT app_transaction_id FROM own_apps)
                     AND e.bundle_id = \(bundleId) AND e.app_account_token IS NULL AND o.customer_id IS NULL
             ), wanted AS (
                 SELECT environment, original_transaction_id FROM owned UNION SELECT environment, original_transaction_id FROM family

@@ -62,6 +62,9 @@ public struct NotificationMinter: Sendable {
         public var billingPlanType: String?
         /// The transaction's `commitmentInfo` (with `billingPlanType`).
         public var commitmentInfo: JSONObject?
+        /// The app transaction (one Apple Account's download of the app): `7041` + the subscription's id unless set
+        /// (family members' own rows and their family-shared rows share theirs).
+        public var appTransactionId: String?
         /// Fields added to the renewal info as they are (its `commitmentInfo`, `advancedCommerceInfo`, `renewalBillingPlanType`).
         public var renewalExtras: JSONObject?
 
@@ -117,7 +120,7 @@ public struct NotificationMinter: Sendable {
             "storefrontId": .string("143441"),
             "price": number(event.price),
             "currency": .string(event.currency),
-            "appTransactionId": .string("7041" + event.originalTransactionId),
+            "appTransactionId": .string(event.appTransactionId ?? "7041" + event.originalTransactionId),
         ])
         if event.productType != "Auto-Renewable Subscription" {
             transaction["expiresDate"] = nil
@@ -157,7 +160,7 @@ public struct NotificationMinter: Sendable {
             "renewalPrice": number(event.price),
             "currency": .string(event.currency),
             "appAccountToken": .string(event.appAccountToken),
-            "appTransactionId": .string("7041" + event.originalTransactionId),
+            "appTransactionId": .string(event.appTransactionId ?? "7041" + event.originalTransactionId),
             "eligibleWinBackOfferIds": .array([]),
         ])
         if event.appAccountToken.isEmpty { renewal["appAccountToken"] = nil }
