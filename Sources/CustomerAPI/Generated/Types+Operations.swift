@@ -403,7 +403,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/503`.
             ///
@@ -779,7 +779,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/503`.
             ///
@@ -1196,7 +1196,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/503`.
             ///
@@ -1466,7 +1466,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/503`.
             ///
@@ -1820,7 +1820,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/503`.
             ///
@@ -2072,7 +2072,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/503`.
             ///
@@ -2363,7 +2363,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/503`.
             ///
@@ -2654,7 +2654,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/503`.
             ///
@@ -2948,7 +2948,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE).
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/503`.
             ///
