@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
 import NIOCore
+import ServiceRuntime
 import Synchronization
 
 /// What every console answer carries: no script, no framing, no sniffing, no caching, no referrer to another site.
@@ -217,15 +218,6 @@ public enum OperatorPassword {
     public static func hash(_ password: String) -> String { Bcrypt.hash(password, cost: cost) }
 }
 
-/// A request's context with the peer's address: the login limiter counts failures per address. Behind a proxy
-/// every request comes from the proxy, so `CONSOLE_TRUST_FORWARDED_FOR=true` takes the first `X-Forwarded-For`
-/// address instead (only when the proxy sets it: a client could write its own otherwise).
-struct ConsoleRequestContext: RequestContext, RemoteAddressRequestContext {
-    var coreContext: CoreRequestContextStorage
-    let remoteAddress: SocketAddress?
-
-    init(source: ApplicationRequestContextSource) {
-        coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
-    }
-}
+/// A request's context with the peer's address: the login limiter counts failures per address (behind proxies,
+/// `ClientAddress` reads `X-Forwarded-For` from the right).
+typealias ConsoleRequestContext = PeerAddressRequestContext

@@ -6,6 +6,7 @@ import Hummingbird
 import NIOCore
 import Logging
 import OpenAPIRuntime
+import ServiceRuntime
 import Synchronization
 
 /// A refusal the customer API answers: an HTTP status and `{"error": {"code", "message"}}`. Every handler and
@@ -289,12 +290,4 @@ struct ClientAddressMiddleware: RouterMiddleware {
 }
 
 /// The customer API's request context: Hummingbird's basic one, with the connection's peer address.
-struct CustomerAPIRequestContext: RequestContext, RemoteAddressRequestContext {
-    var coreContext: CoreRequestContextStorage
-    let remoteAddress: SocketAddress?
-
-    init(source: ApplicationRequestContextSource) {
-        coreContext = .init(source: source)
-        remoteAddress = source.channel.remoteAddress
-    }
-}
+typealias CustomerAPIRequestContext = PeerAddressRequestContext

@@ -423,13 +423,11 @@ public final class NotificationWorker: Service, Sendable {
             firstWaiting[message.topicPartition] = min(firstWaiting[message.topicPartition] ?? .max, message.offset)
             reason = error.reason
         }
-        // A partition that came back and verified: its backoff starts over next time.
+        // A partition that came back and verified: its backoff starts over next time, and it no longer keeps the
+        // worker not ready (ready again once no partition is held or waits to be read again).
         for partition in Set(batch.map(\.topicPartition)) where firstWaiting[partition] == nil { held.attempts[partition] = nil }
-        guard !firstWaiting.isEmpty else {
-            if held.entries.isEmpty { revocationChecksAnswering.set(true) }
-            return
-        }
-        revocationChecksAnswering.set(false)
+        defer { revocationChecksAnswering.set(held.attempts.isEmpty) }
+        guard !firstWaiting.isEmpty else { return }
         for (partition, offset) in firstWaiting {
             let attempt = (held.attempts[partition] ?? 0) + 1
             held.attempts[partition] = attempt
@@ -453,17 +451,22 @@ public final class NotificationWorker: Service, Sendable {
     /// Resumes the held partitions whose backoff passed: their records are read again from the one that waited.
     func resumeDue(_ held: inout HeldPartitions) async {
         let now = ContinuousClock.now
+        guard held.entries.values.contains(where: { $0.resumeAt <= now }) else { return }
+        // A partition that left this worker in a rebalance is its next owner's to wait for.
+        if let assigned = try? await consumer.assignment() {
+            for partition in held.attempts.keys where !assigned.contains(partition) { held.attempts[partition] = nil }
+        }
         for (partition, entry) in held.entries where entry.resumeAt <= now {
             do {
                 try await consumer.resume([partition])
             } catch {
-                // Revoked meanwhile (its next owner reads it from the last stored offset): nothing to resume.
+                // Revoked meanwhile (its next owner reads it from the last stored offset): nothing to resume or wait for.
                 logger.debug("could not resume a held partition", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                held.attempts[partition] = nil
             }
             held.entries[partition] = nil
         }
-        // Ready again once nothing is held (a record that still gets no answer holds its partition again).
-        if held.entries.isEmpty { revocationChecksAnswering.set(true) }
+        if held.attempts.isEmpty { revocationChecksAnswering.set(true) }
     }
 
     /// A record's verification outcome and, for a verified JWS, its archive form (taken apart in the same task).

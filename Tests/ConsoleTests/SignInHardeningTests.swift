@@ -77,4 +77,13 @@ struct SignInHardeningTests {
             #expect(ConsolePages.safeNext(good) == good)
         }
     }
+
+    @Test("a dead-letters page renders each payload cut at 2 KiB, saying how much was left out")
+    func boundedPayloads() {
+        let long = String(repeating: "é", count: 3_000)  // 6 000 bytes, two bytes a character
+        let cut = ConsolePages.excerpt(long)
+        #expect(cut.utf8.count < 2_200 && cut.contains("more bytes"), "\(cut.utf8.count)")
+        #expect(ConsolePages.excerpt("short") == "short")
+        #expect(ConsolePages.deadLettersPerPage == 50)
+    }
 }

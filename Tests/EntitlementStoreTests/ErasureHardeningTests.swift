@@ -13,23 +13,13 @@ import Testing
 /// request ids are one namespace for every app; a record about an erased customer is screened before it is produced.
 @Suite("Erasure hardening against a real PostgreSQL", .serialized, .requiresPostgres)
 struct ErasureHardeningTests: MintedSuite {
-    static let logger: Logger = {
-        var logger = Logger(label: "erasure-hardening-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("erasure-hardening-tests")
     let minted: MintedVerification
     let key = try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key")
     let otherKey = try! ErasureKey(secret: String(repeating: "o", count: 40) + "another-erasure-key")
 
     init() throws { minted = try MintedVerification() }
 
-    func stored(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
-        let signed = minter.signedNotification(event)
-        return StoredNotification(
-            verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
-            receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
-    }
 
     func count(_ sql: String, _ client: PostgresClient) async throws -> Int {
         var total = 0
@@ -47,7 +37,7 @@ struct ErasureHardeningTests: MintedSuite {
             let report = try await ErasureStore(client: client, logger: Self.logger).erase(
                 ErasureRequest(subject: ErasureSubject(.customerId, customer.uppercased(), bundleId: minter.bundleId), reason: "t", requestedBy: "test"), key: key)
             #expect(report.counts["identifiers"] == 2, "the id as a customer id and as a token: \(report.counts)")
-            let outcome = try await store.store([try await stored(event, offset: 1)])
+            let outcome = try await store.store([try await storedNotification(event, offset: 1)])
             #expect(outcome.applied == 0 && outcome.suppressed.values.reduce(0, +) == 1, "\(outcome)")
             #expect(try await count("SELECT count(*) FROM entitlements", client) == 0)
             #expect(try await DatabaseScan.mentions(of: [customer, event.originalTransactionId], in: client).isEmpty)

@@ -13,20 +13,10 @@ import Testing
 /// the rule for a member whose own rows are a subscription and for one whose own rows are only one-time purchases.
 @Suite("Customer reads: family-shared subscriptions by appTransactionId", .serialized, .requiresPostgres)
 struct FamilySharingReadTests: MintedSuite {
-    static let logger: Logger = {
-        var logger = Logger(label: "family-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("family-tests")
     let minted: MintedVerification
     init() throws { minted = try MintedVerification() }
 
-    func stored(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
-        let signed = minter.signedNotification(event)
-        return StoredNotification(
-            verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
-            receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
-    }
 
     @Test("a member's family-shared subscription is listed beside their own subscription, and beside only their own one-time purchases")
     func familyShared() async throws {
@@ -36,7 +26,7 @@ struct FamilySharingReadTests: MintedSuite {
             var offset: Int64 = 0
             func add(_ event: NotificationMinter.SubscriptionEvent) async throws {
                 offset += 1
-                records.append(try await stored(event, offset: offset))
+                records.append(try await storedNotification(event, offset: offset))
             }
             // Member M1: an own subscription (token M1) and a family-shared one (no token), one app transaction.
             let m1 = deterministicUUID(9_001)

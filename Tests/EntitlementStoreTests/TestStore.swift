@@ -1,4 +1,6 @@
+import AppStoreNotifications
 import EntitlementStore
+import TestSigning
 import Logging
 import PostgresNIO
 import TestSupport
@@ -23,5 +25,22 @@ func withMigratedStore(_ purpose: String, logger: Logger, _ body: (EntitlementSt
         #expect(try await store.migrate() == [], "a second migration run applies nothing")
         try await body(store, client)
         group.cancelAll()
+    }
+}
+
+extension MintedSuite {
+    /// `event` minted, verified and made the record a worker would store, read at `offset` of topic `t`.
+    func storedNotification(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
+        let signed = minter.signedNotification(event)
+        return StoredNotification(
+            verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
+            receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
+    }
+
+    /// A quiet logger for a suite of store tests.
+    static func quietLogger(_ label: String) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel = .error
+        return logger
     }
 }

@@ -134,6 +134,10 @@ struct ErasureProcessTests: ProcessSuite {
             ["reconcile", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--transaction-id", aEvents[0].originalTransactionId,
              "--wait", "3s", "--json"], extra: fast.merging(erasure) { $1 })
         #expect(reconcile.status == 0, "\(reconcile.output)")
+        // A run is found again by a keyed digest, never a plain SHA-256 of the ids (reversible by enumerating them).
+        let runKeys = try await pull.query("SELECT arguments_key FROM pull_runs UNION ALL SELECT arguments_key FROM backfill_runs", as: String.self)
+        #expect(runKeys.contains { $0.contains("hmac:") }, "\(runKeys)")
+        #expect(!runKeys.contains { $0.contains(ContentDigest.sha256Hex(aEvents[0].originalTransactionId)) }, "\(runKeys)")
         // import of A's transaction ids: nothing produced, no history revision kept (issue 51: 12 rows came back).
         let imported = try await pull.run(
             ["import", "--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production", "--transaction-id"] + aEvents.map(\.transactionId)
