@@ -160,14 +160,18 @@ public struct ErasureStore: Sendable {
                 try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
                 // Resolved once before the lock (indexed reads; it also warms what the locked pass reads), so the
                 // exclusive lock, which holds every worker batch back, covers only the second, fast pass and the writes.
-                _ = try await resolve(request.subject, on: connection)
+                let unlocked = try await resolve(request.subject, on: connection)
                 try await connection.query("SELECT pg_advisory_xact_lock(\(Self.lockKey))", logger: logger)
-                return try await erase(request, key: key, emitsEvents: emitsEvents, on: connection)
+                return try await erase(request, key: key, emitsEvents: emitsEvents, resolvedBefore: unlocked, on: connection)
             }
         }
     }
 
-    func erase(_ request: ErasureRequest, key: ErasureKey, emitsEvents: Bool, on connection: PostgresConnection) async throws -> ErasureReport {
+    /// `resolvedBefore`: the subject as resolved before the lock, the start of the locked pass (which then usually
+    /// takes one round to confirm that nothing new was written meanwhile).
+    func erase(
+        _ request: ErasureRequest, key: ErasureKey, emitsEvents: Bool, resolvedBefore: ResolvedSubject? = nil, on connection: PostgresConnection
+    ) async throws -> ErasureReport {
         // One key in force: an eraser holding another key than the one the list was made with would write entries no
         // worker can match; refused (under the lock, so two first erasures with two keys cannot both pass).
         try await checkKey(key, on: connection)
@@ -185,7 +189,7 @@ public struct ErasureStore: Sendable {
             }
         }
         let bundleId = request.subject.bundleId
-        let subject = try await resolve(request.subject, on: connection)
+        let subject = try await resolve(request.subject, from: resolvedBefore, on: connection)
         var counts: [String: Int] = ["subscriptions": subject.originalTransactionIds.count]
 
 
@@ -238,57 +242,58 @@ public struct ErasureStore: Sendable {
             "INSERT INTO erased_events (event_id, erased_at) SELECT e, \(now) FROM unnest(\(Array(eventIds))::text[]) AS e ON CONFLICT DO NOTHING", logger: logger)
         counts["events"] = eventIds.count
 
-        func delete(_ table: String, _ query: PostgresQuery) async throws {
-            let rows = try await connection.query(query, logger: logger)
-            var count = 0
-            for try await _ in rows.decode(Int.self) { count += 1 }
-            counts[table, default: 0] += count
-        }
+        // Every delete in one statement (one round trip under the lock): each a data-modifying CTE counting its rows.
+        // They see one snapshot; none deletes what another one reads, and the attempts go with their deliveries.
         let events = Array(eventIds)
-        try await delete("webhook_deliveries", "DELETE FROM webhook_deliveries WHERE event_id = ANY(\(events)::text[]) OR subject = ANY(\(otids + appTransactionIds)::text[]) RETURNING 1")
-        try await delete("entitlement_events_outbox", "DELETE FROM entitlement_events_outbox WHERE event_id = ANY(\(events)::text[]) RETURNING 1")
-        try await delete("notification_deliveries", "DELETE FROM notification_deliveries WHERE notification_uuid = ANY(\(uuids)::text[]) RETURNING 1")
-        try await delete("notification_archive", "DELETE FROM notification_archive WHERE notification_uuid = ANY(\(uuids)::text[]) RETURNING 1")
-        counts["notifications"] = counts["notification_archive"]
-        try await delete(
-            "notification_ledger", "UPDATE notification_ledger SET outcome = 'erased' WHERE notification_uuid = ANY(\(uuids)::text[]) RETURNING 1")
-        try await delete("consumption_requests", """
-            DELETE FROM consumption_requests WHERE original_transaction_id = ANY(\(otids)::text[]) OR notification_uuid = ANY(\(uuids)::text[]) RETURNING 1
-            """)
-        try await delete("transaction_grace", "DELETE FROM transaction_grace WHERE transaction_id = ANY(\(txids)::text[]) RETURNING 1")
-        try await delete("transaction_history_revisions", """
-            DELETE FROM transaction_history_revisions WHERE bundle_id = \(bundleId) AND transaction_id = ANY(\(txids + otids)::text[]) RETURNING 1
-            """)
-        try await delete("transactions", """
-            DELETE FROM transactions WHERE transaction_id = ANY(\(txids)::text[])
-                OR (bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[])) RETURNING 1
-            """)
+        let customersLower = customers
+        let tables: [(String, String)] = [
+            ("webhook_deliveries", "DELETE FROM webhook_deliveries WHERE event_id = ANY($1::text[]) OR subject = ANY($2::text[]) RETURNING 1"),
+            ("entitlement_events_outbox", "DELETE FROM entitlement_events_outbox WHERE event_id = ANY($1::text[]) RETURNING 1"),
+            ("notification_deliveries", "DELETE FROM notification_deliveries WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
+            ("notification_archive", "DELETE FROM notification_archive WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
+            ("notification_ledger", "UPDATE notification_ledger SET outcome = 'erased' WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
+            ("consumption_requests", "DELETE FROM consumption_requests WHERE original_transaction_id = ANY($4::text[]) OR notification_uuid = ANY($3::text[]) RETURNING 1"),
+            ("transaction_grace", "DELETE FROM transaction_grace WHERE transaction_id = ANY($5::text[]) RETURNING 1"),
+            ("transaction_history_revisions", "DELETE FROM transaction_history_revisions WHERE bundle_id = $6 AND transaction_id = ANY($5::text[] || $4::text[]) RETURNING 1"),
+            ("transactions", "DELETE FROM transactions WHERE transaction_id = ANY($5::text[]) OR (bundle_id = $6 AND original_transaction_id = ANY($4::text[])) RETURNING 1"),
+            ("entitlements", "DELETE FROM entitlements WHERE bundle_id = $6 AND original_transaction_id = ANY($4::text[]) RETURNING 1"),
+            ("customer_ownership", """
+                DELETE FROM customer_ownership WHERE bundle_id = $6 AND (original_transaction_id = ANY($4::text[]) OR customer_id = ANY($7::text[])) RETURNING 1
+                """),
+            ("customer_purchases", """
+                DELETE FROM customer_purchases WHERE bundle_id = $6 AND (original_transaction_id = ANY($4::text[])
+                    OR transaction_id = ANY($5::text[]) OR customer_id = ANY($7::text[])) RETURNING 1
+                """),
+            ("customer_transfers", """
+                DELETE FROM customer_transfers WHERE bundle_id = $6 AND (original_transaction_id = ANY($4::text[])
+                    OR from_customer_id = ANY($7::text[]) OR to_customer_id = ANY($7::text[])) RETURNING 1
+                """),
+            ("renewal_extensions", "DELETE FROM renewal_extensions WHERE bundle_id = $6 AND original_transaction_id = ANY($4::text[]) RETURNING 1"),
+            ("dead_lettered_records", "DELETE FROM dead_lettered_records WHERE original_transaction_id = ANY($4::text[]) OR notification_uuid = ANY($3::text[]) RETURNING 1"),
+            ("console_audit", """
+                UPDATE console_audit SET original_transaction_id = NULL, customer_id = NULL, reason = '(erased: ' || $8 || ')', detail = NULL
+                WHERE original_transaction_id = ANY($4::text[]) OR lower(customer_id) = ANY($7::text[]) RETURNING 1
+                """),
+        ]
         let environments = try await strings(
             "SELECT DISTINCT environment FROM entitlements WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[])", on: connection)
-        try await delete("entitlements", "DELETE FROM entitlements WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[]) RETURNING 1")
-        try await delete("customer_ownership", """
-            DELETE FROM customer_ownership WHERE bundle_id = \(bundleId)
-                AND (original_transaction_id = ANY(\(otids)::text[]) OR customer_id = ANY(\(customers)::text[])) RETURNING 1
-            """)
-        try await delete("customer_purchases", """
-            DELETE FROM customer_purchases WHERE bundle_id = \(bundleId) AND (original_transaction_id = ANY(\(otids)::text[])
-                OR transaction_id = ANY(\(txids)::text[]) OR customer_id = ANY(\(customers)::text[])) RETURNING 1
-            """)
-        try await delete("customer_transfers", """
-            DELETE FROM customer_transfers WHERE bundle_id = \(bundleId) AND (original_transaction_id = ANY(\(otids)::text[])
-                OR from_customer_id = ANY(\(customers)::text[]) OR to_customer_id = ANY(\(customers)::text[])) RETURNING 1
-            """)
-        try await delete("renewal_extensions", """
-            DELETE FROM renewal_extensions WHERE bundle_id = \(bundleId) AND original_transaction_id = ANY(\(otids)::text[]) RETURNING 1
-            """)
-        try await delete("dead_lettered_records", """
-            DELETE FROM dead_lettered_records WHERE original_transaction_id = ANY(\(otids)::text[]) OR notification_uuid = ANY(\(uuids)::text[]) RETURNING 1
-            """)
-        try await delete("console_audit", """
-            UPDATE console_audit SET original_transaction_id = NULL, customer_id = NULL, reason = '(erased: ' || \(request.requestId) || ')',
-                detail = NULL
-            WHERE original_transaction_id = ANY(\(otids)::text[]) OR lower(customer_id) = ANY(\(customers)::text[]) RETURNING 1
-            """)
+        var binds = PostgresBindings()
+        binds.append(events)
+        binds.append(otids + appTransactionIds)
+        binds.append(uuids)
+        binds.append(otids)
+        binds.append(txids)
+        binds.append(bundleId)
+        binds.append(customersLower)
+        binds.append(request.requestId)
+        let sql = "WITH " + tables.enumerated().map { "d\($0.offset) AS (\($0.element.1))" }.joined(separator: ",\n")
+            + "\nSELECT " + tables.indices.map { "(SELECT count(*) FROM d\($0))::bigint" }.joined(separator: ", ")
+        let rows = try await connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)
+        for try await row in rows {
+            let cells = row.makeRandomAccess()
+            for (index, table) in tables.enumerated() { counts[table.0, default: 0] += Int(try cells[index].decode(Int64.self)) }
+        }
+        counts["notifications"] = counts["notification_archive"]
 
         if emitsEvents {
             let time = Timestamp(now)
@@ -340,9 +345,9 @@ public struct ErasureStore: Sendable {
     /// purchases, tokens), each subscription's chain (`previousOriginalTransactionId`, `supersededBy`), their
     /// tokens, app transactions and owners, again, until nothing new is found (at most `resolutionRounds` rounds);
     /// then their transactions and the notifications and pulled records about them.
-    func resolve(_ subject: ErasureSubject, on connection: PostgresConnection) async throws -> ResolvedSubject {
+    func resolve(_ subject: ErasureSubject, from start: ResolvedSubject? = nil, on connection: PostgresConnection) async throws -> ResolvedSubject {
         let bundleId = subject.bundleId
-        var resolved = ResolvedSubject()
+        var resolved = start ?? ResolvedSubject()
         switch subject.kind {
         case .customerId: resolved.customerIds.insert(subject.value.lowercased())
         case .appAccountToken: resolved.appAccountTokens.insert(subject.value.lowercased())
