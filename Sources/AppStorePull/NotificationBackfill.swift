@@ -8,7 +8,7 @@ import ServiceContextModule
 import ServiceRuntime
 
 /// What one backfill asks Apple for.
-public struct BackfillRequest: Sendable, Hashable {
+public struct BackfillRequest: Sendable {
     public var bundleId: String
     public var environment: Environment
     /// The window, in milliseconds since 1970 (Apple's `startDate`/`endDate`).
@@ -24,7 +24,7 @@ public struct BackfillRequest: Sendable, Hashable {
     /// The keyed digest (`KeyedDigest`, under the deployment's erasure key or Apple's API key) that stands for the
     /// arguments and the transaction id when they name a customer. Without one, a per-process random key: never a
     /// plain SHA-256, which a list of transaction ids reverses.
-    public var identifierDigest: KeyedDigestText?
+    public var identifierDigest: KeyedDigest?
 
     public init(bundleId: String, environment: Environment, startDate: Int64, endDate: Int64, argumentsKey: String) {
         self.bundleId = bundleId
@@ -77,7 +77,7 @@ public struct BackfillRequest: Sendable, Hashable {
     /// The key a run is found again by: the arguments as given, or their keyed digest when they name a customer's transaction.
     var storedArgumentsKey: String { transactionId == nil ? argumentsKey : digest(argumentsKey) }
 
-    func digest(_ text: String) -> String { (identifierDigest ?? KeyedDigestText(Self.processDigest)).hex(text) }
+    func digest(_ text: String) -> String { (identifierDigest ?? Self.processDigest).hex(text) }
 
     /// The fallback: keyed, but only for this process's life (a run without a deployment key is not resumed by another).
     static let processDigest = KeyedDigest(secret: (0..<32).map { _ in UInt8.random(in: 0...255) })
@@ -225,16 +225,4 @@ public struct NotificationBackfill: Sendable {
         try await producer.sendAllAndAwait(records)
         summary.counts.produced += records.count
     }
-}
-
-/// A `KeyedDigest` as a request's value (compared by identity of purpose: any two are equal, as they never change
-/// what a request asks Apple for).
-public struct KeyedDigestText: Sendable, Hashable {
-    let digest: KeyedDigest
-
-    public init(_ digest: KeyedDigest) { self.digest = digest }
-
-    public func hex(_ text: String) -> String { digest.hex(text) }
-    public static func == (lhs: Self, rhs: Self) -> Bool { true }
-    public func hash(into hasher: inout Hasher) {}
 }

@@ -19,8 +19,8 @@ public struct ConsoleConfiguration: Sendable {
     /// window 15m); `CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS`: per client address (50: several operators may share one).
     public var loginAttempts = 10
     public var loginAttemptsPerAddress = 50
-    /// `CONSOLE_TRUST_FORWARDED_FOR`: the client address is the first of `X-Forwarded-For` (set it only behind a
-    /// proxy that writes that header), not the connection's peer.
+    /// `CONSOLE_TRUST_FORWARDED_FOR`: behind one proxy (the connection's peer), the client is the address that proxy
+    /// saw, `X-Forwarded-For`'s last entry (`ClientAddress`); set it only behind a proxy that appends to that header.
     public var trustForwardedFor = false
     /// `CONSOLE_TRUSTED_PROXIES`: our proxies' addresses or CIDR ranges (comma-separated). The client is the address
     /// the nearest trusted proxy saw (`X-Forwarded-For` read from the right), never the header's client-written

@@ -134,7 +134,7 @@ struct ClientAddress {
 
     func resolve(peer: String?, forwardedFor: String?) -> String {
         guard let peer else { return "unknown" }
-        guard trustForwardedFor || !trustedProxies.isEmpty, isTrusted(peer), let forwardedFor else { return peer }
+        guard isTrusted(peer), let forwardedFor else { return peer }
         let hops = forwardedFor.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
         // From the nearest proxy backwards: the first address that is not one of ours is the client.
         for hop in hops.reversed() where !(trustedProxies.contains { $0.contains(hop) }) {

@@ -35,13 +35,13 @@ public struct CustomerAPIConfiguration: Sendable {
     public var ownershipPolicy = OwnershipPolicy.transfer
     /// `OWNERSHIP_POLICY_BY_APP`: `bundleA=keep,bundleB=transfer-if-inactive`.
     public var ownershipPolicyByApp: [String: OwnershipPolicy] = [:]
-    /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
-    /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
     /// `CUSTOMER_API_AUTH_ATTEMPTS` / `CUSTOMER_API_AUTH_BURST`: requests a second per client address whose key is
     /// not known good (unknown, revoked, malformed, or not yet read), checked before authentication touches the
     /// database (default 10, bursts of 50; 0: no limit). A known key's requests are limited per key instead.
     public var authAttemptsPerSecond: Double = 10
     public var authAttemptsBurst = 50
+    /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
+    /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
     public var shared: PipelineSettings
 
     public init(shared: PipelineSettings) {

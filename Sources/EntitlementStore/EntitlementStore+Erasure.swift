@@ -14,7 +14,7 @@ extension EntitlementStore {
                 bundleId: record.verified.bundleId, identifiers: record.verified.erasureIdentifiers,
                 time: record.verified.erasureTime(receivedAt: record.receivedAt).date)
         }
-        let erased = try await erasedIndices(claims) { try await connection.query($0, logger: logger) }
+        let erased = try await erased(claims, on: connection)
         guard !erased.isEmpty else { return batch }
         var kept: [StoredNotification] = []
         for (index, record) in batch.enumerated() {
@@ -93,7 +93,7 @@ extension EntitlementStore {
     /// The dead letters whose claims are not erased, checked on the batch's connection under the lock.
     func withoutErasedClaims(_ records: [DeadLetteredRecord], on connection: PostgresConnection) async throws -> [DeadLetteredRecord] {
         guard erasureKey != nil, !records.isEmpty else { return records }
-        let erased = try await erasedIndices(records.map(\.erasureClaim)) { try await connection.query($0, logger: logger) }
+        let erased = try await erased(records.map(\.erasureClaim), on: connection)
         return records.enumerated().filter { !erased.contains($0.offset) }.map(\.element)
     }
 

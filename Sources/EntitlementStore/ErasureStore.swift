@@ -31,18 +31,7 @@ public struct ErasureSubject: Sendable, Hashable {
     var identifier: ErasedIdentifier { ErasedIdentifier(kind.identifierKind, bundleId: bundleId, value: value) }
 
     /// Whether `value` has the shape of a UUID (8-4-4-4-12 hex digits), as app account tokens do.
-    static func isUUIDShaped(_ value: String) -> Bool {
-        let bytes = Array(value.utf8)
-        guard bytes.count == 36 else { return false }
-        for (index, byte) in bytes.enumerated() {
-            if [8, 13, 18, 23].contains(index) {
-                guard byte == UInt8(ascii: "-") else { return false }
-            } else {
-                guard (0x30...0x39).contains(byte) || (0x61...0x66).contains(byte) || (0x41...0x46).contains(byte) else { return false }
-            }
-        }
-        return true
-    }
+    static func isUUIDShaped(_ value: String) -> Bool { UUID(uuidString: value) != nil }
 }
 
 /// One erasure as it was asked for.
@@ -245,7 +234,6 @@ public struct ErasureStore: Sendable {
         // Every delete in one statement (one round trip under the lock): each a data-modifying CTE counting its rows.
         // They see one snapshot; none deletes what another one reads, and the attempts go with their deliveries.
         let events = Array(eventIds)
-        let customersLower = customers
         let tables: [(String, String)] = [
             ("webhook_deliveries", "DELETE FROM webhook_deliveries WHERE event_id = ANY($1::text[]) OR subject = ANY($2::text[]) RETURNING 1"),
             ("entitlement_events_outbox", "DELETE FROM entitlement_events_outbox WHERE event_id = ANY($1::text[]) RETURNING 1"),
@@ -284,7 +272,7 @@ public struct ErasureStore: Sendable {
         binds.append(otids)
         binds.append(txids)
         binds.append(bundleId)
-        binds.append(customersLower)
+        binds.append(customers)
         binds.append(request.requestId)
         let sql = "WITH " + tables.enumerated().map { "d\($0.offset) AS (\($0.element.1))" }.joined(separator: ",\n")
             + "\nSELECT " + tables.indices.map { "(SELECT count(*) FROM d\($0))::bigint" }.joined(separator: ", ")

@@ -32,7 +32,7 @@ public struct RetentionPolicy: Sendable, Hashable {
 
     /// Each store, its setting and its limit (for `pipelinectl retention show` and the docs test).
     public var stores: [(store: String, variable: String, limit: Duration?)] {
-        func days(_ value: Int?) -> Duration? { value.map { .seconds(Int64($0) * 86_400) } }
+        let days = Self.limit(days:)
         return [
             ("notification_archive", "ARCHIVE_RETENTION_DAYS", days(archiveDays)),
             ("dead_lettered_records", "DEAD_LETTER_RECORD_RETENTION_DAYS", days(deadLetterRecordDays)),
@@ -44,6 +44,9 @@ public struct RetentionPolicy: Sendable, Hashable {
             ("entitlement_events_outbox", "EVENTS_OUTBOX_RETENTION", publishedEvents),
         ]
     }
+
+    /// A number of days as a limit.
+    static func limit(days: Int?) -> Duration? { days.map { .seconds(Int64($0) * 86_400) } }
 
     /// A limit as people write it: `30 days`, `36 hours`, `90 minutes`, or `kept`.
     public static func describe(_ limit: Duration?) -> String {
@@ -71,10 +74,9 @@ public struct RetentionStore: Sendable {
     /// rows deleted per store (`notification_deliveries` with the archive, `dead_letter_redrives` with dead letters).
     public func prune(_ policy: RetentionPolicy, now: Date = Date(), dryRun: Bool = false) async throws -> [String: Int] {
         var deleted: [String: Int] = [:]
-        func cutoff(_ days: Int) -> Date { now.addingTimeInterval(-Double(days) * 86_400) }
         func cutoff(_ limit: Duration) -> Date { now.addingTimeInterval(-Double(limit.components.seconds)) }
-        if let days = policy.archiveDays {
-            let before = cutoff(days)
+        if let limit = RetentionPolicy.limit(days: policy.archiveDays) {
+            let before = cutoff(limit)
             if dryRun {
                 deleted["notification_archive"] = try await count("SELECT count(*) FROM notification_archive WHERE stored_at < \(before)")
             } else {
@@ -102,27 +104,24 @@ public struct RetentionStore: Sendable {
             }
         }
         // The other stores: rows older than their column's cutoff (and `filter`), oldest first where the column is
-        // indexed (`ordered`); the dead-letter re-drive log goes with the dead letters.
-        let tables: [(table: String, column: String, filter: String, ordered: Bool, days: Int?)] = [
-            ("dead_lettered_records", "dead_lettered_at", "", true, policy.deadLetterRecordDays),
-            ("dead_letter_redrives", "redriven_at", "", false, policy.deadLetterRecordDays),
-            ("customer_purchases", "requested_at", " AND status <> 'pending'", true, policy.purchaseClaimDays),
-            ("consumption_requests", "deadline", "", false, policy.consumptionRequestDays),
-            ("console_audit", "at", "", true, policy.consoleAuditDays),
-            ("erased_events", "erased_at", "", false, policy.erasedEventIdsDays),
+        // indexed (`ordered`); the dead-letter re-drive log goes with the dead letters; of the outbox, only events
+        // the relay has published.
+        let days = RetentionPolicy.limit(days:)
+        let tables: [(table: String, column: String, filter: String, ordered: Bool, limit: Duration?)] = [
+            ("dead_lettered_records", "dead_lettered_at", "", true, days(policy.deadLetterRecordDays)),
+            ("dead_letter_redrives", "redriven_at", "", false, days(policy.deadLetterRecordDays)),
+            ("customer_purchases", "requested_at", " AND status <> 'pending'", true, days(policy.purchaseClaimDays)),
+            ("consumption_requests", "deadline", "", false, days(policy.consumptionRequestDays)),
+            ("console_audit", "at", "", true, days(policy.consoleAuditDays)),
+            ("erased_events", "erased_at", "", false, days(policy.erasedEventIdsDays)),
+            ("entitlement_events_outbox", "published_at", " AND published_at IS NOT NULL", true, policy.publishedEvents),
         ]
         for entry in tables {
-            guard let days = entry.days else { continue }
+            guard let limit = entry.limit else { continue }
             deleted[entry.table] = try await pruneRows(
-                of: entry.table, olderThan: cutoff(days), by: entry.column, filter: entry.filter, ordered: entry.ordered, dryRun: dryRun)
+                of: entry.table, olderThan: cutoff(limit), by: entry.column, filter: entry.filter, ordered: entry.ordered, dryRun: dryRun)
         }
-        // Published events (never one the relay has not sent) and finished webhook deliveries, whose attempts go
-        // with them (ON DELETE CASCADE; counted before they go).
-        if let limit = policy.publishedEvents {
-            deleted["entitlement_events_outbox"] = try await pruneRows(
-                of: "entitlement_events_outbox", olderThan: cutoff(limit), by: "published_at", filter: " AND published_at IS NOT NULL", ordered: true,
-                dryRun: dryRun)
-        }
+        // Finished webhook deliveries, whose attempts go with them (ON DELETE CASCADE; counted before they go).
         if let limit = policy.webhookDeliveries {
             let before = cutoff(limit)
             if dryRun {

@@ -98,5 +98,4 @@ public enum DeadLetterOperations {
         RedriveRecord.make(
             value: letter.record.value, key: letter.record.key, deadLetterHeaders: letter.record.headers, from: letter.position.description, to: topic, now: now)
     }
-
 }

@@ -1,5 +1,5 @@
+import AppStoreNotifications
 import Foundation
-import Synchronization
 
 /// Name resolution for webhook hosts, bounded per host: getaddrinfo cannot be cancelled and may block for as long as
 /// the system's resolver waits, so each resolution runs on a thread of its own, at most one per host at a time, and
@@ -13,34 +13,24 @@ final class HostResolver: Sendable {
 
     /// The blocking look-up (getaddrinfo; a test's stand-in).
     let lookUp: @Sendable (String) -> Answer
-    private let waiting = Mutex<[String: [CheckedContinuation<Answer, Never>]]>([:])
+    private let flights = SingleFlight<String, Answer>()
 
     init(lookUp: @escaping @Sendable (String) -> Answer = WebhookTarget.resolve) {
         self.lookUp = lookUp
     }
 
     /// Hosts whose resolution is under way now (one thread each).
-    var inFlight: Int { waiting.withLock { $0.count } }
+    var inFlight: Int { flights.inFlight }
 
     /// The host's addresses: joins the resolution under way, or starts one on a new thread.
     func resolve(_ host: String) async -> Answer {
-        await withCheckedContinuation { continuation in
-            let first = waiting.withLock { waiting -> Bool in
-                if waiting[host] != nil {
-                    waiting[host]!.append(continuation)
-                    return false
-                }
-                waiting[host] = [continuation]
-                return true
+        let lookUp = lookUp
+        return await flights.run(host) {
+            await withCheckedContinuation { continuation in
+                let thread = Thread { continuation.resume(returning: lookUp(host)) }
+                thread.name = "webhook-dns"
+                thread.start()
             }
-            guard first else { return }
-            let lookUp = lookUp
-            let thread = Thread { [self] in
-                let answer = lookUp(host)
-                for waiter in waiting.withLock({ $0.removeValue(forKey: host) ?? [] }) { waiter.resume(returning: answer) }
-            }
-            thread.name = "webhook-dns"
-            thread.start()
         }
     }
 }

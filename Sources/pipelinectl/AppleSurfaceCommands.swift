@@ -67,7 +67,7 @@ struct RefundsCommand: AsyncParsableCommand {
             let reconciler = StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger)
             let originals = Array(Set(refunds.compactMap(\.transaction.originalTransactionId))).sorted()
             let summary = try await reconciler.run(
-                bundleId: bundleId, environment: environment, ids: originals, argumentsKey: "refunds|\(bundleId)|\(try runDigest(operations: try connection.configuration(), api: api).hex(originals.joined(separator: ",")))",
+                bundleId: bundleId, environment: environment, ids: originals, argumentsKey: "refunds|\(bundleId)|\(runDigest(erasureKey: store.erasureKey, api: api).hex(originals.joined(separator: ",")))",
                 restart: true, wait: .milliseconds(waitMilliseconds))
             return (refunds, pages, summary)
         }

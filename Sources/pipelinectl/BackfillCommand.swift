@@ -108,7 +108,7 @@ struct BackfillCommand: AsyncParsableCommand {
         }()
         // Last: from here on every path shuts it down.
         let api = try appStore.client { error, wait in progress.note("waiting \(wait) before retrying: \(error)") }
-        let digest = KeyedDigestText(try runDigest(operations: operations, api: api))
+        let digest = runDigest(erasureKey: operations.erasureKey, api: api)
         let request = { @Sendable (start: Int64, end: Int64, onlyFailures: Bool, key: String) -> BackfillRequest in
             var request = BackfillRequest(bundleId: appStore.bundleId, environment: environment, startDate: start, endDate: end, argumentsKey: key)
             request.identifierDigest = digest

@@ -132,9 +132,8 @@ struct ReconcileCommand: AsyncParsableCommand {
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let olderThanMilliseconds = try olderThan.map { try parseDuration($0, option: "--older-than") }
         let (stale, all, contradicted, restart, bundleId) = (stale, all, contradicted, restart, appStore.bundleId)
-        let operations = try connection.configuration()
         let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
-            let runKey = try runDigest(operations: operations, api: api)
+            let runKey = runDigest(erasureKey: store.erasureKey, api: api)
             let ids: [String]
             let key: String
             if stale {
@@ -189,9 +188,8 @@ struct ImportCommand: AsyncParsableCommand {
         guard !ids.isEmpty else { throw ValidationError("give the ids to import: --transaction-id or --from-file") }
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let (restart, bundleId) = (restart, appStore.bundleId)
-        let operations = try connection.configuration()
         let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
-            let key = "ids|\(bundleId)|\(environment.rawValue)|\(try runDigest(operations: operations, api: api).hex(ids.joined(separator: ",")))"
+            let key = "ids|\(bundleId)|\(environment.rawValue)|\(runDigest(erasureKey: store.erasureKey, api: api).hex(ids.joined(separator: ",")))"
             let importer = HistoryImporter(reconciler: StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger))
             return try await importer.run(bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)) {
                 progress in
@@ -205,7 +203,7 @@ struct ImportCommand: AsyncParsableCommand {
 /// The keyed digest pull runs and backfill runs are found again by (`KeyedDigest`): under the deployment's erasure
 /// key when `ERASURE_KEY_FILE` is set, else under Apple's API key (a secret outside the database either way), so a
 /// run's key never reverses into a customer's transaction ids.
-func runDigest(operations: OperationsConfiguration, api: AppStoreServerAPIClient) throws -> KeyedDigest {
-    if let key = operations.erasureKey { return key.runDigest }
+func runDigest(erasureKey: ErasureKey?, api: AppStoreServerAPIClient) -> KeyedDigest {
+    if let key = erasureKey { return key.runDigest }
     return KeyedDigest(secret: Array(api.configuration.signingKey.rawRepresentation))
 }

@@ -30,7 +30,8 @@ public struct OnlineRevocationChecks: Sendable {
 final class OnlineCheckCache: Sendable {
     private let entries = Mutex<[String: ContinuousClock.Instant]>([:])
     let lifetime: Duration
-    let flights = OnlineCheckFlights()
+    /// The checks under way: one per chain at a time.
+    let flights = SingleFlight<String, VerificationError?>()
 
     init(lifetime: Duration) { self.lifetime = lifetime }
 
@@ -106,7 +107,7 @@ extension SignedPayloadVerifier {
     }
 
     /// The online check, once the signature verified: only a JWS whose signature holds costs a responder query (a
-    /// forged one never makes us ask), and one query per chain at a time (`OnlineCheckFlights`): the records of a batch
+    /// forged one never makes us ask), and one query per chain at a time (`SingleFlight`): the records of a batch
     /// signed by one chain wait for the same answer when the cache expired.
     func checkOnlineIfDue(x5c: [String], signedDate: Timestamp) async throws(VerificationError) {
         guard let checks = configuration.onlineChecks, let onlineCache else { return }
@@ -123,39 +124,5 @@ extension SignedPayloadVerifier {
             }
         }
         if let outcome { throw outcome }
-    }
-}
-
-/// One online check per chain at a time (single flight): a caller asking while a check of the same chain is under
-/// way waits for its outcome instead of sending its own query.
-final class OnlineCheckFlights: Sendable {
-    typealias Outcome = VerificationError?
-    private let waiting = Mutex<[String: [CheckedContinuation<Outcome, Never>]]>([:])
-    private let queries = Atomic<Int>(0)
-
-    /// Queries started (tests count them).
-    var started: Int { queries.load(ordering: .relaxed) }
-
-    func run(_ key: String, _ check: @escaping @Sendable () async -> Outcome) async -> Outcome {
-        let leader = waiting.withLock { waiting -> Bool in
-            if waiting[key] != nil { return false }
-            waiting[key] = []
-            return true
-        }
-        guard leader else {
-            return await withCheckedContinuation { continuation in
-                let joined = waiting.withLock { waiting -> Bool in
-                    guard waiting[key] != nil else { return false }
-                    waiting[key]!.append(continuation)
-                    return true
-                }
-                // The flight ended between the two looks: its outcome is in the cache (or failed); check again.
-                if !joined { continuation.resume(returning: .revocationCheckUnavailable("the concurrent online check ended; the record is retried")) }
-            }
-        }
-        queries.add(1, ordering: .relaxed)
-        let outcome = await check()
-        for waiter in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { waiter.resume(returning: outcome) }
-        return outcome
     }
 }
