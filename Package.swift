@@ -189,12 +189,6 @@ let package = Package(
                 x509, swiftASN1,
             ]
         ),
-        // An OCSP responder for tests, answering with swift-certificates' own (internal) OCSP types: debug builds only
-        // (`@testable import X509`); no product and no release build depends on it.
-        .target(
-            name: "OCSPTestResponder",
-            dependencies: ["TestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore]
-        ),
         // MARK: - Executables: compose only
         .executableTarget(
             name: "pipelinectl",
@@ -244,7 +238,11 @@ let package = Package(
         ),
         .testTarget(
             name: "AppStoreNotificationsTests",
-            dependencies: ["AppStoreNotifications", "TestSupport", "OCSPTestResponder", x509]
+            // The OCSP test responder (TestOCSPResponder.swift, `@testable import X509`) and the worker process test
+            // that uses it live here: test-only code no release build compiles.
+            dependencies: [
+                "AppStoreNotifications", "TestSupport", "PipelineTestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore, postgresNIO,
+            ]
         ),
         .testTarget(
             name: "EntitlementStoreTests",
@@ -263,7 +261,6 @@ for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationW
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
     let extra: [Target.Dependency] = switch name {
-    case "NotificationWorkerTests": ["OCSPTestResponder"]
     // In-process router tests: Hummingbird's test client, and the in-memory tracer for what spans record.
     case "CustomerAPITests": [
         .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "InMemoryTracing", package: "swift-distributed-tracing"), "ServiceRuntime",

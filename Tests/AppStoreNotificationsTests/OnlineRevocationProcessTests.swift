@@ -1,6 +1,5 @@
 import AppStoreNotifications
 import Foundation
-import OCSPTestResponder
 import PipelineTestSupport
 import PostgresNIO
 import TestSupport

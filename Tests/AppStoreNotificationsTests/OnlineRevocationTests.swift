@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import Foundation
 import TestSigning
-import OCSPTestResponder
 import Testing
 import X509
 

@@ -1,7 +1,5 @@
-// Debug builds only: swift-certificates' OCSP types are internal, reachable through `@testable import`, which a
-// release build (no -enable-testing) refuses. In release this module is empty, so `swift build -c release` of the whole
-// package works; the tests that use it build in debug.
-#if DEBUG
+// A test file, never a product's or a release build's: swift-certificates' OCSP types are internal, reachable only
+// through `@testable import`, which only a test build (-enable-testing) allows.
 import Crypto
 import Foundation
 import Hummingbird
@@ -131,4 +129,3 @@ func require_<T>(_ value: T?) throws -> T {
     guard let value else { throw MissingRequest() }
     return value
 }
-#endif
