@@ -40,6 +40,8 @@ let package = Package(
         // For the benchmarks package (Benchmarks/, a path dependency on this one) and other tools.
         .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
         .library(name: "CustomerAPI", targets: ["CustomerAPI"]),
+        .library(name: "Console", targets: ["Console"]),
+        .library(name: "SubscriptionMetrics", targets: ["SubscriptionMetrics"]),
         .library(name: "TestSupport", targets: ["TestSupport"]),
         .library(name: "TestSigning", targets: ["TestSigning"]),
     ],
@@ -101,9 +103,14 @@ let package = Package(
         .target(
             name: "EntitlementEvents",
             dependencies: [
-                "AppStoreNotifications", "EntitlementStore", "KafkaClient", "ServiceRuntime", logging, prometheus,
+                "AppStoreNotifications", "EntitlementStore", "KafkaClient", "ServiceRuntime", logging, postgresNIO, prometheus,
                 serviceLifecycle, tracing,
             ]
+        ),
+        // MARK: - Subscription metrics: the metric functions over the stored book, the product catalog, exchange rates
+        .target(
+            name: "SubscriptionMetrics",
+            dependencies: [postgresNIO, logging]
         ),
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
@@ -194,7 +201,7 @@ let package = Package(
             name: "pipelinectl",
             dependencies: [
                 "AppStoreNotifications", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
-                "NotificationWorker", "PipelineOperations", "ServiceRuntime", "Webhooks", argumentParser,
+                "NotificationWorker", "PipelineOperations", "ServiceRuntime", "SubscriptionMetrics", "Webhooks", argumentParser,
             ]
         ),
         .executableTarget(
@@ -228,12 +235,17 @@ let package = Package(
         // MARK: - Tests
         // What the process tests share: scenes (a broker topic, a database, worker and pipelinectl processes), the fake
         // Apple's fixture, the suite gates. A library only tests link; never a product's dependency.
+        // The store tier: a fresh migrated database per test, the suite gates. PostgreSQL and the schema only.
+        .target(
+            name: "StoreTestSupport",
+            dependencies: ["AppStoreNotifications", "EntitlementStore", "TestSigning", "TestSupport", logging, postgresNIO]
+        ),
         .target(
             name: "PipelineTestSupport",
-            dependencies: [
+            dependencies: ["StoreTestSupport", 
                 "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents",
                 "EntitlementStore", "KafkaClient", "NotificationIngest", "NotificationWorker", "PipelineOperations",
-                "ServiceRuntime", "Webhooks", "Console", "TestSupport", postgresNIO,
+                "ServiceRuntime", "SubscriptionMetrics", "Webhooks", "Console", "TestSupport", postgresNIO,
             ]
         ),
         .testTarget(
@@ -241,23 +253,23 @@ let package = Package(
             // The OCSP test responder (TestOCSPResponder.swift, `@testable import X509`) and the worker process test
             // that uses it live here: test-only code no release build compiles.
             dependencies: [
-                "AppStoreNotifications", "TestSupport", "PipelineTestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore, postgresNIO,
+                "AppStoreNotifications", "TestSupport", "PipelineTestSupport", "StoreTestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore, postgresNIO,
             ]
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestSupport", "PipelineTestSupport", postgresNIO]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",
-            dependencies: ["KafkaClient", "TestSupport", "PipelineTestSupport", logging]
+            dependencies: ["KafkaClient", "TestSupport", "StoreTestSupport", "PipelineTestSupport", logging]
         ),
     ]
 )
 
 // A test target per service and feature module (Tests/<Module>Tests), and the end-to-end one: each links the shared
 // test library, which brings every module a process test drives.
-for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
+for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "SubscriptionMetricsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
     let extra: [Target.Dependency] = switch name {
@@ -267,7 +279,7 @@ for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationW
     ]
     default: []
     }
-    package.targets.append(.testTarget(name: name, dependencies: underTest + ["PipelineTestSupport", postgresNIO] + extra))
+    package.targets.append(.testTarget(name: name, dependencies: underTest + ["StoreTestSupport", "PipelineTestSupport", postgresNIO] + extra))
 }
 
 // One place turns on the language features every target builds with.

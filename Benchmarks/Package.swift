@@ -23,9 +23,9 @@ let programs: [(String, [Target.Dependency])] = [
     ("worker-bench", pipeline("AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
     ("ingest-bench", pipeline("AppStoreNotifications", "TestSupport")),
     ("kafka-bench", pipeline("KafkaClient", "TestSupport") + [.product(name: "Logging", package: "swift-log")]),
-    ("metrics-bench", pipeline("EntitlementStore", "TestSupport") + postgresAndLogging),
+    ("metrics-bench", pipeline("EntitlementStore", "SubscriptionMetrics", "TestSupport") + postgresAndLogging),
     ("erasure-bench", pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
-    ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+    ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "Console", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
     ("customer-api-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
 ]
 

@@ -32,9 +32,6 @@ public struct OutboxEvent: Sendable, Hashable {
 }
 
 extension EntitlementStore {
-    /// The advisory lock that elects the one relay publishing at a time ("evts" in ASCII).
-    static let relayLockKey: Int64 = 0x6576_7473
-
     /// An event's scalar columns as a JSON object; its `data` (a JSON document) travels beside it as text, so
     /// PostgreSQL parses it once rather than unescaping it out of the rows' JSON first.
     static func outboxRow(_ event: EntitlementEvent, traceparent: String? = nil) -> JSONValue {

@@ -195,7 +195,7 @@ public struct BatchOutcome: Sendable, Hashable {
 /// offsets may move) or not at all (and it is redelivered).
 public struct EntitlementStore: Sendable {
     public let client: PostgresClient
-    let logger: Logger
+    public let logger: Logger
     /// Set as `statement_timeout`, `lock_timeout` and `idle_in_transaction_session_timeout` of every batch
     /// transaction: just under the caller's own deadline, so an abandoned transaction ends on the server too.
     public let statementTimeout: Duration?
@@ -1012,8 +1012,8 @@ extension String {
 }
 
 /// The statement, lock and idle-in-transaction timeouts of one transaction, shared by the stores.
-enum StatementTimeouts {
-    static func apply(_ statementTimeout: Duration?, on connection: PostgresConnection, logger: Logger) async throws {
+package enum StatementTimeouts {
+    package static func apply(_ statementTimeout: Duration?, on connection: PostgresConnection, logger: Logger) async throws {
         guard let statementTimeout else { return }
         let milliseconds = max(1, Int(statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000))
         let value = String(milliseconds)

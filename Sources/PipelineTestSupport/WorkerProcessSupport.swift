@@ -8,6 +8,7 @@ import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 
@@ -204,10 +205,7 @@ public struct DatabaseDigest: Equatable, Sendable, CustomStringConvertible {
 public enum TestDatabase {
     /// Creates database `name` on the cluster of `baseURL` and returns its URL.
     public static func create(_ name: String, on baseURL: String) async throws -> String {
-        _ = try await with(baseURL) { client in
-            try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: ingestTestLogger)
-        }
-        return String(baseURL[..<baseURL.lastIndex(of: "/")!]) + "/" + name
+        try await FreshDatabase.create(name, on: baseURL, logger: ingestTestLogger)
     }
 
     /// A database of its own (named from `prefix`) on the test cluster, migrated by `pipelinectl migrate` as an
@@ -221,15 +219,7 @@ public enum TestDatabase {
     }
 
     public static func with<T: Sendable>(_ url: String, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
-        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: ingestTestLogger)
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask {
-                await client.run()
-                return nil
-            }
-            defer { group.cancelAll() }
-            return try await body(client)
-        }
+        try await FreshDatabase.withClient(url, logger: ingestTestLogger, body)
     }
 
     /// Notifications in the ledger (0 before the worker migrated).

@@ -2,6 +2,7 @@ import AppStoreNotifications
 import ArgumentParser
 import EntitlementStore
 import Foundation
+import SubscriptionMetrics
 
 /// `pipelinectl metrics NAME --from D --to D`: subscription metrics from our own rows (docs/metrics.md).
 struct MetricsCommand: AsyncParsableCommand {
@@ -75,7 +76,7 @@ struct MetricsCommand: AsyncParsableCommand {
             for (index, piece) in pieces.enumerated() {
                 var part = query
                 (part.from, part.to) = piece
-                table.rows += try await store.metrics.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
+                table.rows += try await MetricsStore(client: store.client, logger: store.logger).metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
                 if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
             }
             return table
@@ -172,8 +173,8 @@ struct ProductsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let entries = try await connection.withMigratedStore { store in
-                try await store.metrics.refreshProductCatalog()
-                return try await store.metrics.productCatalog()
+                try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
+                return try await MetricsStore(client: store.client, logger: store.logger).productCatalog()
             }
             if json {
                 printJSON(.array(entries.map { entry in
@@ -205,7 +206,7 @@ struct ProductsCommand: AsyncParsableCommand {
         func run() async throws {
             let (productId, duration) = (productId, duration)
             try await connection.withMigratedStore { store in
-                try await store.metrics.setProductDuration(productId: productId, duration: duration)
+                try await MetricsStore(client: store.client, logger: store.logger).setProductDuration(productId: productId, duration: duration)
             }
             print("\(productId): \(duration) (manual)")
         }
@@ -217,7 +218,7 @@ struct ProductsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let count = try await connection.withMigratedStore { store in
-                return try await store.metrics.refreshProductCatalog()
+                return try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
             }
             print("\(count) product(s) observed")
         }
@@ -240,7 +241,7 @@ struct ExchangeRatesCommand: AsyncParsableCommand {
         func run() async throws {
             let rates = try Self.parse(String(contentsOfFile: fromFile, encoding: .utf8))
             let count = try await connection.withMigratedStore { store in
-                return try await store.metrics.loadExchangeRates(rates)
+                return try await MetricsStore(client: store.client, logger: store.logger).loadExchangeRates(rates)
             }
             print("loaded \(count) rate(s)")
         }

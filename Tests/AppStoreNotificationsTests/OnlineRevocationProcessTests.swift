@@ -2,6 +2,7 @@ import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
+import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing

@@ -8,6 +8,7 @@ import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -3,6 +3,7 @@ import Foundation
 import KafkaClient
 import PipelineTestSupport
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 

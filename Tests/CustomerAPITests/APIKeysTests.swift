@@ -4,6 +4,7 @@ import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -5,6 +5,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Prometheus
+import SubscriptionMetrics
 import TestSupport
 import Testing
 @testable import Webhooks

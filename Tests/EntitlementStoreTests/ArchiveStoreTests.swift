@@ -3,6 +3,7 @@ import AppStoreNotifications
 import Foundation
 import Logging
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 

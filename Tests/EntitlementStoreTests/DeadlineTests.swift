@@ -1,4 +1,5 @@
 import EntitlementStore
+import StoreTestSupport
 import Testing
 
 @Suite("withDeadline: a step that never answers cannot hold its caller")

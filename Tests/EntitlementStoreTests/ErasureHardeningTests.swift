@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import PipelineTestSupport
+import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing

@@ -3,6 +3,7 @@ import AppStoreNotifications
 import Foundation
 import Logging
 import PostgresNIO
+import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing

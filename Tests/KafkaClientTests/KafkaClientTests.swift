@@ -1,5 +1,6 @@
 import Foundation
 @_spi(Testing) import KafkaClient
+import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -1,6 +1,7 @@
 import Foundation
 import KafkaClient
 import Logging
+import StoreTestSupport
 import TestSupport
 import PipelineTestSupport
 import Testing

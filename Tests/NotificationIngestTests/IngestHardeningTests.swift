@@ -4,6 +4,7 @@ import Foundation
 @testable import NotificationWorker
 @testable import PipelineOperations
 @testable import ServiceRuntime
+import StoreTestSupport
 import TestSupport
 import Testing
 

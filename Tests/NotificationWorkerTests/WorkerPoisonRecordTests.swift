@@ -6,6 +6,7 @@ import NotificationIngest
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
+import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -1,5 +1,6 @@
 import EntitlementStore
 import Foundation
+import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -3,6 +3,7 @@ import EntitlementStore
 import Foundation
 import PipelineTestSupport
 import PostgresNIO
+import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing

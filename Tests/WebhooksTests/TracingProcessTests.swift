@@ -6,6 +6,7 @@ import KafkaClient
 import PipelineOperations
 import PipelineTestSupport
 import ServiceRuntime
+import StoreTestSupport
 import TestSupport
 import Testing
 

@@ -7,6 +7,7 @@ import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 import Webhooks

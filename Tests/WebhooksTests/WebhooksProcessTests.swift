@@ -7,6 +7,7 @@ import NotificationIngest
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
+import StoreTestSupport
 import TestSupport
 import Testing
 import Webhooks

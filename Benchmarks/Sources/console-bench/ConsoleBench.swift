@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import BenchSupport
+import Console
 import EntitlementStore
 import Foundation
 import KafkaClient

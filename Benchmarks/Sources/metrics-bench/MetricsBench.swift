@@ -2,6 +2,7 @@ import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
+import SubscriptionMetrics
 import TestSupport
 
 /// How long each subscription metric takes on a volume of transactions (docs/metrics.md, docs/benchmarks.md).
@@ -80,13 +81,13 @@ struct MetricsBench {
             print("metric                  seconds   × scan   rows  (2025 by month, Production, one bundle)")
             for metric in SubscriptionMetric.allCases {
                 let started = ContinuousClock.now
-                let table = try await store.metrics.metric(metric, query, statementTimeoutMilliseconds: 600_000, refreshCatalog: false)
+                let table = try await MetricsStore(client: store.client, logger: store.logger).metric(metric, query, statementTimeoutMilliseconds: 600_000, refreshCatalog: false)
                 let took = ContinuousClock.now - started
                 print("\(metric.rawValue.padding(toLength: 22, withPad: " ", startingAt: 0))  \(seconds(took).padding(toLength: 8, withPad: " ", startingAt: 0))  "
                     + String(format: "%6.1f", ratio(took, scan)) + "  \(table.rows.count)")
             }
             let refresh = ContinuousClock.now
-            _ = try await store.metrics.refreshProductCatalog()
+            _ = try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
             print("refresh_product_catalog alone: \(seconds(ContinuousClock.now - refresh)) s")
             if explain {
                 print("\nEXPLAIN (ANALYZE, BUFFERS) of metric_churn's body (the heaviest), with the work_mem the metrics run with:")

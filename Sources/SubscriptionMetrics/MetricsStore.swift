@@ -6,9 +6,9 @@ import PostgresNIO
 public struct MetricsStore: Sendable {
     public let client: PostgresClient
     let logger: Logger
-}
 
-extension EntitlementStore {
-    /// The metrics queries over this store's connections (`pipelinectl metrics` opens one store for a command).
-    public var metrics: MetricsStore { MetricsStore(client: client, logger: logger) }
+    public init(client: PostgresClient, logger: Logger) {
+        self.client = client
+        self.logger = logger
+    }
 }

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
@@ -13,7 +14,7 @@ extension OutboxStore {
         try await client.withTransaction(logger: logger) { connection in
             try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
             var elected = false
-            for try await value in try await connection.query("SELECT pg_try_advisory_xact_lock(\(EntitlementStore.relayLockKey))", logger: logger).decode(Bool.self) {
+            for try await value in try await connection.query("SELECT pg_try_advisory_xact_lock(\(Self.relayLockKey))", logger: logger).decode(Bool.self) {
                 elected = value
             }
             guard elected else { return nil }

@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import Crypto
+import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO

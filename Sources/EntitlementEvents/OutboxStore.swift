@@ -1,3 +1,4 @@
+import EntitlementStore
 import Logging
 import PostgresNIO
 
@@ -8,6 +9,8 @@ public struct OutboxStore: Sendable {
     let logger: Logger
     /// Bounds every statement of a relay round (`EntitlementStore.statementTimeout`'s rule).
     public let statementTimeout: Duration?
+    /// The advisory lock that elects the one relay publishing at a time ("evts" in ASCII).
+    static let relayLockKey: Int64 = 0x6576_7473
 
     public init(client: PostgresClient, logger: Logger, statementTimeout: Duration? = nil) {
         self.client = client

@@ -1,8 +1,10 @@
+import Console
 import EntitlementStore
 import Foundation
 import Logging
 import PipelineTestSupport
 import PostgresNIO
+import StoreTestSupport
 import TestSupport
 import Testing
 

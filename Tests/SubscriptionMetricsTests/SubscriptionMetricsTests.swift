@@ -3,6 +3,8 @@ import AppStoreNotifications
 import Foundation
 import Logging
 import PostgresNIO
+import StoreTestSupport
+import SubscriptionMetrics
 import TestSupport
 import Testing
 import PipelineTestSupport
@@ -208,7 +210,7 @@ struct SubscriptionMetricsTests {
     /// A store on a database of its own (created for the test, migrated), with the book's rates loaded.
     func withStore(_ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
         try await withMigratedStore("metrics", logger: Self.logger) { store, client in
-            #expect(try await store.metrics.loadExchangeRates(Self.rates) == 2)
+            #expect(try await MetricsStore(client: store.client, logger: store.logger).loadExchangeRates(Self.rates) == 2)
             try await body(store, client)
         }
     }
@@ -218,7 +220,7 @@ struct SubscriptionMetricsTests {
     /// Every metric of the book, by name, over January to April by month.
     func allMetrics(_ store: EntitlementStore) async throws -> [SubscriptionMetric: MetricTable] {
         var tables: [SubscriptionMetric: MetricTable] = [:]
-        for metric in SubscriptionMetric.allCases { tables[metric] = try await store.metrics.metric(metric, Self.fourMonths) }
+        for metric in SubscriptionMetric.allCases { tables[metric] = try await MetricsStore(client: store.client, logger: store.logger).metric(metric, Self.fourMonths) }
         return tables
     }
 
@@ -305,30 +307,30 @@ struct SubscriptionMetricsTests {
             // A day inside S2's trial: the trial is active, and so are the four paid subscriptions begun by then.
             var day = Self.fourMonths
             (day.from, day.to, day.bucket) = (TestDates.date("2026-01-12T00:00:00Z"), TestDates.date("2026-01-13T00:00:00Z"), .day)
-            let onJan12 = try await store.metrics.metric(.activeSubscriptions, day)
+            let onJan12 = try await MetricsStore(client: store.client, logger: store.logger).metric(.activeSubscriptions, day)
             #expect(onJan12.rows == [["2026-01-12T00:00:00Z", "2026-01-13T00:00:00Z", "4", "1", "1"]])
 
             // Filters: one product, one storefront, another currency, and Sandbox on its own.
             var filtered = Self.fourMonths
             filtered.productId = "com.example.pipeline.basic.monthly"
-            #expect(column(try await store.metrics.metric(.mrr, filtered), "mrr") == ["0.00", "0.00", "4.99", "4.99"])
+            #expect(column(try await MetricsStore(client: store.client, logger: store.logger).metric(.mrr, filtered), "mrr") == ["0.00", "0.00", "4.99", "4.99"])
             filtered = Self.fourMonths
             filtered.storefront = "DEU"
-            #expect(column(try await store.metrics.metric(.mrr, filtered), "mrr") == ["0.00", "10.44", "11.39", "11.39"])
+            #expect(column(try await MetricsStore(client: store.client, logger: store.logger).metric(.mrr, filtered), "mrr") == ["0.00", "10.44", "11.39", "11.39"])
             filtered.currency = "EUR"
-            #expect(column(try await store.metrics.metric(.mrr, filtered), "mrr") == ["0.00", "9.49", "9.49", "9.49"])
+            #expect(column(try await MetricsStore(client: store.client, logger: store.logger).metric(.mrr, filtered), "mrr") == ["0.00", "9.49", "9.49", "9.49"])
             filtered = Self.fourMonths
             filtered.environment = "Sandbox"
-            #expect(column(try await store.metrics.metric(.activeSubscriptions, filtered), "active_paid") == ["1", "0", "0", "0"])
+            #expect(column(try await MetricsStore(client: store.client, logger: store.logger).metric(.activeSubscriptions, filtered), "active_paid") == ["1", "0", "0", "0"])
 
             // The catalog was filled from observation (intro offers and the commitment plan's months left out).
-            let catalog = Dictionary(uniqueKeysWithValues: try await store.metrics.productCatalog().map { ($0.productId, $0.duration) })
+            let catalog = Dictionary(uniqueKeysWithValues: try await MetricsStore(client: store.client, logger: store.logger).productCatalog().map { ($0.productId, $0.duration) })
             #expect(catalog == ["com.example.pipeline.pro.monthly": "P1M", "com.example.pipeline.pro.yearly": "P1Y", "com.example.pipeline.basic.monthly": "P1M"])
             // A manual duration wins over observation, and changes the normalisation.
-            try await store.metrics.setProductDuration(productId: "com.example.pipeline.basic.monthly", duration: "P3M")
+            try await MetricsStore(client: store.client, logger: store.logger).setProductDuration(productId: "com.example.pipeline.basic.monthly", duration: "P3M")
             filtered = Self.fourMonths
             filtered.productId = "com.example.pipeline.basic.monthly"
-            #expect(column(try await store.metrics.metric(.mrr, filtered), "mrr") == ["0.00", "0.00", "1.66", "1.66"])
+            #expect(column(try await MetricsStore(client: store.client, logger: store.logger).metric(.mrr, filtered), "mrr") == ["0.00", "0.00", "1.66", "1.66"])
         }
     }
 

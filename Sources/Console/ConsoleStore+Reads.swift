@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import PostgresNIO
 

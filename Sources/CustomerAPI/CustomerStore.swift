@@ -1,3 +1,4 @@
+import EntitlementStore
 import Logging
 import PostgresNIO
 

@@ -1,3 +1,4 @@
+import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO

@@ -1,0 +1,60 @@
+import EntitlementStore
+import Foundation
+import Logging
+import PostgresNIO
+import Testing
+import TestSupport
+
+/// The one way a test gets a database of its own: created on the test cluster (`POSTGRES_URL`) under a unique name,
+/// never shared, left behind for a person to read after a failure (the cluster is a test one).
+public enum FreshDatabase {
+    /// Creates database `name` on the cluster of `baseURL` and returns its URL.
+    public static func create(_ name: String, on baseURL: String, logger: Logger = quietLogger("fresh-database")) async throws -> String {
+        try await withClient(baseURL, logger: logger) { client in
+            try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
+        }
+        return String(baseURL[..<baseURL.lastIndex(of: "/")!]) + "/" + name
+    }
+
+    /// A database name for `purpose`, unique to this run.
+    public static func uniqueName(_ purpose: String) -> String {
+        "test_" + TestServices.uniqueName(purpose).replacingOccurrences(of: "-", with: "_")
+    }
+
+    /// Runs `body` with a client of `url`, running for exactly as long as `body`.
+    public static func withClient<T: Sendable>(
+        _ url: String, logger: Logger = quietLogger("fresh-database"), _ body: @Sendable (PostgresClient) async throws -> T
+    ) async throws -> T {
+        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(client)
+        }
+    }
+}
+
+/// Runs `body` with a store on a PostgreSQL database of its own (named after `purpose`, created for the test and
+/// migrated in process; a second migration run must apply nothing).
+public func withMigratedStore(_ purpose: String, logger: Logger, _ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
+    let url = try await FreshDatabase.create(FreshDatabase.uniqueName(purpose), on: try RequiredServices.postgresURL, logger: logger)
+    let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await client.run() }
+        let store = EntitlementStore(client: client, logger: logger)
+        #expect(try await store.migrate() == Migrations.all.map(\.version))
+        #expect(try await store.migrate() == [], "a second migration run applies nothing")
+        try await body(store, client)
+        group.cancelAll()
+    }
+}
+
+/// A logger for tests that prints errors only.
+public func quietLogger(_ label: String) -> Logger {
+    var logger = Logger(label: label)
+    logger.logLevel = .error
+    return logger
+}

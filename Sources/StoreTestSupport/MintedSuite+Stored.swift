@@ -1,0 +1,14 @@
+import AppStoreNotifications
+import EntitlementStore
+import TestSigning
+
+extension MintedSuite {
+    /// `event` minted, verified and made the record a worker would store, read at `offset` of topic `t`.
+    public func storedNotification(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
+        let signed = minter.signedNotification(event)
+        return StoredNotification(
+            verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
+            receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
+    }
+
+}
