@@ -74,6 +74,9 @@ let package = Package(
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
+        // MARK: - Configuration: under everything, Foundation only (the environment reader, one ConfigurationError,
+        // durations as operators write them)
+        .target(name: "PipelineConfiguration"),
         // MARK: - Core: pure, no I/O
         .target(
             name: "AppStoreNotifications",
@@ -87,12 +90,12 @@ let package = Package(
         ),
         .target(
             name: "KafkaClient",
-            dependencies: ["CRDKafka", instrumentation, logging, metrics, serviceLifecycle]
+            dependencies: ["CRDKafka", "PipelineConfiguration", instrumentation, logging, metrics, serviceLifecycle]
         ),
         // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
         .target(
             name: "EntitlementStore",
-            dependencies: ["AppStoreNotifications", crypto, postgresNIO, logging]
+            dependencies: ["AppStoreNotifications", "PipelineConfiguration", crypto, postgresNIO, logging]
         ),
         // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
         .target(
@@ -115,7 +118,7 @@ let package = Package(
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
             name: "CustomerAPI",
-            dependencies: [
+            dependencies: ["NotificationRecords", "SharedSettings", 
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime",
                 crypto, hummingbird, httpTypes, logging, metrics, openAPIRuntime, openAPIHummingbird, postgresNIO,
                 prometheus, serviceLifecycle,
@@ -124,7 +127,7 @@ let package = Package(
         // MARK: - Webhooks: entitlement events delivered to HTTP endpoints (Standard Webhooks)
         .target(
             name: "Webhooks",
-            dependencies: [
+            dependencies: ["SharedSettings", 
                 "AppStoreNotifications", "EntitlementEvents", "EntitlementStore", "KafkaClient", "ServiceRuntime",
                 asyncHTTPClient, crypto, hummingbird, logging, nioPosix, postgresNIO, prometheus, serviceLifecycle, tracing,
             ]
@@ -132,26 +135,39 @@ let package = Package(
         // MARK: - The operator console: a customer's whole story, dead letters, actions with their audit
         .target(
             name: "Console",
-            dependencies: [
+            dependencies: ["SharedSettings", 
                 "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime", bcrypt, hummingbird,
                 httpTypes, logging, mustache, nioPosix, postgresNIO, prometheus, serviceLifecycle, x509,
             ]
         ),
-        // MARK: - What every process shares: environment reading, the service starter, ops routes and health, the HTTP
-        // connection guard, the shared settings, the notifications topic's record contract
+        // MARK: - What every process runs on, no domain module: the service starter, ops routes and health, the HTTP
+        // connection guard, tracing
         .target(
             name: "ServiceRuntime",
             dependencies: [
-                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", asyncHTTPClient, hummingbird,
-                hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging, metrics, otel, prometheus,
-                postgresNIO, serviceLifecycle, tracing,
+                "PipelineConfiguration", hummingbird, hummingbirdCore, nioCore, nioHTTP1, nioHTTPTypesHTTP1, httpTypes, logging,
+                metrics, otel, prometheus, serviceLifecycle, tracing,
             ]
+        ),
+        // The settings every process that verifies or stores notifications shares (apps, roots, PostgreSQL, Kafka,
+        // Apple's API key, the erasure key, online revocation checks).
+        .target(
+            name: "SharedSettings",
+            dependencies: [
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "PipelineConfiguration",
+                asyncHTTPClient, logging, nioCore, postgresNIO, serviceLifecycle,
+            ]
+        ),
+        // The notifications topic's record contract: the one place records for it (and its dead letters) are built.
+        .target(
+            name: "NotificationRecords",
+            dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", tracing]
         ),
         // MARK: - The services and features, one concern each
         // ingest: Apple's POST → shape check → the notifications topic, 200 after the broker's acknowledgement.
         .target(
             name: "NotificationIngest",
-            dependencies: [
+            dependencies: ["NotificationRecords", 
                 "AppStoreNotifications", "KafkaClient", "ServiceRuntime", hummingbird, hummingbirdCore, httpTypes,
                 logging, prometheus, serviceLifecycle, tracing,
             ]
@@ -159,7 +175,7 @@ let package = Package(
         // The worker: verify, dedupe, the one transaction, dead letters, the events relay, the contradiction healer.
         .target(
             name: "NotificationWorker",
-            dependencies: [
+            dependencies: ["SharedSettings", 
                 "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
                 "KafkaClient", "ServiceRuntime", hummingbird, logging, metrics, prometheus, postgresNIO,
                 serviceLifecycle, tracing,
@@ -169,7 +185,7 @@ let package = Package(
         // the test notification's round trip. Everything pulled goes through the notifications topic.
         .target(
             name: "AppStorePull",
-            dependencies: [
+            dependencies: ["NotificationRecords", 
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime",
                 logging,
             ]
@@ -177,7 +193,7 @@ let package = Package(
         // Operator tools: dead letters and their re-drive, reading topics, pipelinectl's configuration.
         .target(
             name: "PipelineOperations",
-            dependencies: [
+            dependencies: ["SharedSettings", "NotificationRecords", 
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore", "KafkaClient",
                 "ServiceRuntime", logging,
             ]

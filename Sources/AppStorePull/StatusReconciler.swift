@@ -4,6 +4,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import NotificationRecords
 import ServiceRuntime
 
 /// What a reconcile or an import did.

@@ -9,6 +9,7 @@ import PostgresNIO
 import Prometheus
 import ServiceLifecycle
 import ServiceRuntime
+import SharedSettings
 
 /// Builds the console's services, in start order (a ServiceGroup stops them in reverse): the PostgreSQL pool, a producer to the notifications topic (re-drives and reconcile
 /// snapshots go through the workers like every record), the App Store clients when `APPSTORE_*` is set (reconcile),

@@ -1,6 +1,8 @@
 import AppStoreNotifications
 import Foundation
+import PipelineConfiguration
 import ServiceRuntime
+import SharedSettings
 
 /// Everything the console is configured with. It reads PostgreSQL and, for re-drives, writes to the notifications
 /// topic; the shared settings are the worker's (`PipelineSettings`).

@@ -6,6 +6,7 @@ import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
+import NotificationRecords
 import ServiceRuntime
 
 extension ConsolePages {

@@ -5,12 +5,14 @@ import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
+import NotificationRecords
 import ServiceRuntime
 import OpenAPIHummingbird
 import OpenAPIRuntime
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle
+import SharedSettings
 
 /// The customer API process's services, in start order (a ServiceGroup stops them in reverse: the ops server, the
 /// API server drains its requests, the producer flushes, the App Store clients and the database pool close).

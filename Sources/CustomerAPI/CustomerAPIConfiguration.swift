@@ -1,6 +1,8 @@
 import AppStoreNotifications
 import Foundation
+import PipelineConfiguration
 import ServiceRuntime
+import SharedSettings
 
 /// Everything the customer API is configured with. The apps, roots, database, broker and App Store Server API
 /// settings are the shared `PipelineSettings`, read exactly as the worker reads them, so a purchase is verified and

@@ -3,6 +3,7 @@ import AppStoreServerAPI
 import EntitlementStore
 import Foundation
 import Logging
+import NotificationRecords
 import ServiceRuntime
 
 /// The customer API's operations (the generated `APIProtocol` of docs/customer-api.yaml). Authentication, the

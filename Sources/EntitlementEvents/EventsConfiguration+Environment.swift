@@ -1,3 +1,4 @@
+import PipelineConfiguration
 import ServiceRuntime
 
 extension EventsConfiguration {

@@ -5,6 +5,7 @@ import Hummingbird
 import HummingbirdCore
 import KafkaClient
 import Logging
+import NotificationRecords
 import Prometheus
 import ServiceLifecycle
 import ServiceRuntime

@@ -7,6 +7,7 @@ import Foundation
 import Hummingbird
 import KafkaClient
 import Logging
+import NotificationRecords
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle

@@ -5,8 +5,10 @@ import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
+import PipelineConfiguration
 import PostgresNIO
 import ServiceRuntime
+import SharedSettings
 
 /// What the worker reads: the shared `PipelineSettings` (topics, apps, roots, PostgreSQL, Kafka, Apple's key) and
 /// its own settings. The shared ones read through it as if they were its own (`configuration.apps`).

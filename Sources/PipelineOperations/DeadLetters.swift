@@ -4,6 +4,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import NotificationRecords
 import ServiceRuntime
 
 /// A record of the dead-letter topic, with what its headers say.

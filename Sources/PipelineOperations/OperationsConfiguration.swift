@@ -5,8 +5,10 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import PipelineConfiguration
 import PostgresNIO
 import ServiceRuntime
+import SharedSettings
 
 /// What `pipelinectl` reads from the environment: the same variables the services read, so an operator runs it
 /// with the deployment's own ConfigMap/Secret (command-line options override).

@@ -4,6 +4,7 @@ import KafkaClient
 import Logging
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime

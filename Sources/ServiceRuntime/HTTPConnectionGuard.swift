@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -178,10 +177,11 @@ final class IngestConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler
             return (.badRequest, "invalidContentLength", "conflicting Content-Length headers")
         }
         if let length = lengths.first.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }), length > maximumBodyBytes {
-            // The same refusal the handler gives a body found too large while reading it, given before reading.
-            let error = RequestBodyError.bodyTooLarge(size: length, limit: maximumBodyBytes)
-            if let bodyTooLarge { return (HTTPResponseStatus(statusCode: bodyTooLarge.status), bodyTooLarge.code, error.reason) }
-            return (.badRequest, error.code, error.reason)
+            // The same refusal the handler gives a body found too large while reading it (the core's
+            // `RequestBodyError.bodyTooLarge`, which this module does not import), given before reading.
+            let reason = "the body is \(length) bytes, over the \(maximumBodyBytes)-byte limit"
+            if let bodyTooLarge { return (HTTPResponseStatus(statusCode: bodyTooLarge.status), bodyTooLarge.code, reason) }
+            return (.badRequest, "bodyTooLarge", reason)
         }
         let expectations = head.headers["expect"]
         if !expectations.isEmpty, expectations.contains(where: { $0.lowercased() != "100-continue" }) || !Self.isHTTP11OrLater(head.version) {

@@ -1,9 +1,9 @@
-import AppStoreNotifications
 import Foundation
 import Instrumentation
 import Logging
 import Metrics
 import OTel
+import PipelineConfiguration
 import ServiceLifecycle
 import Tracing
 
@@ -128,18 +128,21 @@ extension PipelineTracing {
     /// links) is skipped without one, so tracing off costs nothing.
     public static var isTracing: Bool { !(InstrumentationSystem.tracer is NoOpTracer) }
 
+    /// W3C Trace Context's carrier key (and HTTP header), as every carrier names it.
+    public static let traceparentHeader = "traceparent"
+
     /// The W3C `traceparent` of `context`, when it carries a span (with tracing on).
     public static func traceparent(of context: ServiceContext) -> String? {
         var carrier: [String: String] = [:]
         InstrumentationSystem.instrument.inject(context, into: &carrier, using: DictionaryInjector())
-        return carrier[TraceParent.header]
+        return carrier[traceparentHeader]
     }
 
     /// The context a stored `traceparent` names (the top level when it is nil or tracing is off).
     public static func context(ofTraceparent traceparent: String?) -> ServiceContext {
         var context = ServiceContext.topLevel
         guard let traceparent else { return context }
-        InstrumentationSystem.instrument.extract([TraceParent.header: traceparent], into: &context, using: DictionaryExtractor())
+        InstrumentationSystem.instrument.extract([traceparentHeader: traceparent], into: &context, using: DictionaryExtractor())
         return context
     }
 }

@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import HTTPTypes
 import Hummingbird
 import Instrumentation
@@ -52,10 +51,19 @@ public struct RouteTracingMiddleware<Context: RequestContext>: RouterMiddleware 
 
     /// The caller's context from its `traceparent` alone (bounded: a valid W3C value is 55 characters), or nil.
     static func callerContext(_ headers: HTTPFields, tracer: any Tracer) -> ServiceContext? {
-        guard let name = HTTPField.Name(TraceParent.header), let value = headers[name], value.utf8.count <= 64, TraceParent.traceId(value) != nil else { return nil }
+        guard let name = HTTPField.Name(PipelineTracing.traceparentHeader), let value = headers[name], value.utf8.count <= 64, hasTraceId(value) else { return nil }
         var context = ServiceContext.topLevel
-        tracer.extract([TraceParent.header: value], into: &context, using: TraceParentOnly())
+        tracer.extract([PipelineTracing.traceparentHeader: value], into: &context, using: TraceParentOnly())
         return context
+    }
+
+    /// Whether `traceparent`'s second field is a trace id (32 lowercase hex digits, not all zero), the rule of the
+    /// core's `TraceParent`, which this module does not import.
+    static func hasTraceId(_ traceparent: String) -> Bool {
+        let parts = traceparent.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count >= 4 else { return false }
+        let id = parts[1].utf8
+        return id.count == 32 && id.allSatisfy { (48...57).contains($0) || (97...102).contains($0) } && id.contains { $0 != 48 }
     }
 
     /// Hummingbird's `:name` parameters written as OpenAPI's `{name}`; the template is ours (the router's), never the
@@ -69,5 +77,5 @@ public struct RouteTracingMiddleware<Context: RequestContext>: RouterMiddleware 
 
 /// Reads `traceparent` only: `tracestate` (unbounded, the caller's) is never taken.
 struct TraceParentOnly: Extractor {
-    func extract(key: String, from carrier: [String: String]) -> String? { key == TraceParent.header ? carrier[key] : nil }
+    func extract(key: String, from carrier: [String: String]) -> String? { key == PipelineTracing.traceparentHeader ? carrier[key] : nil }
 }

@@ -2,8 +2,10 @@ import AppStoreNotifications
 import EntitlementEvents
 import Foundation
 import KafkaClient
+import PipelineConfiguration
 import ServiceRuntime
 import PostgresNIO
+import SharedSettings
 
 /// Everything the webhooks service (and `pipelinectl webhooks`) is configured with, from the environment.
 public struct WebhooksConfiguration: Sendable {

@@ -8,6 +8,7 @@ import NotificationIngest
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
+import SharedSettings
 
 /// `pipelinectl api-keys create|list|revoke`: the keys app backends present to the customer API.
 struct APIKeysCommand: AsyncParsableCommand {

@@ -5,8 +5,10 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import KafkaClient
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
+import SharedSettings
 
 /// A verifier for what a command fetched from Apple: the app named on the command line (and its App Apple ID from
 /// `APPS` when listed there), in `environment`, under `TRUSTED_ROOTS` (default: Apple's root).

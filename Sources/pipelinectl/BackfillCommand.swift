@@ -7,8 +7,10 @@ import KafkaClient
 import AppStorePull
 import NotificationIngest
 import NotificationWorker
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
+import SharedSettings
 
 /// The App Store Server API settings every pull command takes: the `APPSTORE_*` variables, per environment.
 struct AppStoreOptions: ParsableArguments {

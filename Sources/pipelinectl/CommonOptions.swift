@@ -6,6 +6,7 @@ import Logging
 import AppStorePull
 import NotificationIngest
 import NotificationWorker
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
 

@@ -2,8 +2,10 @@ import AppStoreNotifications
 import ArgumentParser
 import EntitlementStore
 import Foundation
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
+import SharedSettings
 
 /// `pipelinectl customers erase|erasure|erasures`: erase a customer everywhere the pipeline keeps them
 /// (docs/privacy.md) and read erasures back.

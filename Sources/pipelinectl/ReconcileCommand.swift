@@ -6,6 +6,7 @@ import Foundation
 import KafkaClient
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime

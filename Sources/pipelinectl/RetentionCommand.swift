@@ -2,6 +2,7 @@ import AppStoreNotifications
 import ArgumentParser
 import EntitlementStore
 import Foundation
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
 

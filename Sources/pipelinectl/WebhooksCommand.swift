@@ -6,6 +6,7 @@ import Foundation
 import AppStorePull
 import NotificationIngest
 import NotificationWorker
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
 import Webhooks

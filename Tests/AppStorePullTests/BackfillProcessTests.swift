@@ -4,6 +4,7 @@ import Foundation
 import KafkaClient
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime

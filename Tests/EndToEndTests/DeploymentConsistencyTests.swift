@@ -4,7 +4,9 @@ import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
+import NotificationRecords
 import Prometheus
+import SharedSettings
 import SubscriptionMetrics
 import TestSupport
 import Testing

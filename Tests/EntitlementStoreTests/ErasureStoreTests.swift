@@ -2,6 +2,7 @@ import AppStoreNotifications
 @testable import EntitlementStore
 import Foundation
 import Logging
+import PipelineConfiguration
 import PostgresNIO
 import StoreTestSupport
 import TestSigning

@@ -3,7 +3,9 @@ import Foundation
 import KafkaClient
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
 import StoreTestSupport

@@ -3,6 +3,7 @@ import Foundation
 import KafkaClient
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime

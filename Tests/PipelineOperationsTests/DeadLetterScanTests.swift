@@ -1,6 +1,7 @@
 @testable import KafkaClient
 import AppStorePull
 import NotificationIngest
+import NotificationRecords
 import NotificationWorker
 import PipelineOperations
 import ServiceRuntime

@@ -2,6 +2,7 @@ import Foundation
 import AppStorePull
 import NotificationIngest
 import NotificationWorker
+import PipelineConfiguration
 import PipelineOperations
 import ServiceRuntime
 import Testing

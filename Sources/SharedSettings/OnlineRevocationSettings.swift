@@ -2,6 +2,7 @@ import AppStoreNotifications
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import PipelineConfiguration
 
 /// `VERIFY_ONLINE_CHECKS` and its companions: online revocation checks (docs/verification.md) over HTTP.
 public struct OnlineRevocationSettings: Sendable, Hashable {

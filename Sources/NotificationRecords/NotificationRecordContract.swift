@@ -128,11 +128,3 @@ public struct PulledRecordProducer: Sendable {
         return sent
     }
 }
-
-/// The JSON shape of every refusal ingest and the ops routes write: `{"error": code, "reason": text}`.
-public enum RefusalBody {
-    public static func json(code: String, reason: String) -> String {
-        JSONObject(["error": .string(code), "reason": .string(reason)]).serialized
-    }
-}
-

@@ -1,4 +1,5 @@
 import EntitlementStore
+import PipelineConfiguration
 
 extension RetentionPolicy {
     /// The variables of `RetentionPolicy`, each a number of days or `keep`.

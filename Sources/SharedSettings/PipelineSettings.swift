@@ -3,6 +3,7 @@ import AppStoreServerAPI
 import EntitlementStore
 import Foundation
 import KafkaClient
+import PipelineConfiguration
 import PostgresNIO
 
 /// The settings every process that verifies or stores notifications shares, read once by one type: the topics,
@@ -172,14 +173,5 @@ public struct PipelineSettings: Sendable {
         var configuration = try PostgresClient.Configuration(url: postgresURL)
         configuration.options.maximumConnections = postgresPoolSize
         return configuration
-    }
-}
-
-extension KafkaClientConfigurationValues {
-    /// As the Kafka client's configuration.
-    public var clientConfiguration: KafkaClientConfiguration {
-        KafkaClientConfiguration(
-            bootstrapServers: bootstrapServers, clientId: clientId, statisticsIntervalMilliseconds: statisticsIntervalMilliseconds,
-            additionalConfig: additionalConfig)
     }
 }
