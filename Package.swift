@@ -39,6 +39,7 @@ let package = Package(
         .executable(name: "ingest", targets: ["ingest"]),
         // For the benchmarks package (Benchmarks/, a path dependency on this one) and other tools.
         .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
+        .library(name: "AppStoreServerAPIModels", targets: ["AppStoreServerAPIModels"]),
         .library(name: "CustomerAPI", targets: ["CustomerAPI"]),
         .library(name: "Console", targets: ["Console"]),
         .library(name: "SubscriptionMetrics", targets: ["SubscriptionMetrics"]),
@@ -97,10 +98,15 @@ let package = Package(
             name: "EntitlementStore",
             dependencies: ["AppStoreNotifications", "PipelineConfiguration", crypto, postgresNIO, logging]
         ),
-        // MARK: - Apple's App Store Server API: JWT auth, typed errors, retries, rate limits
+        // MARK: - Apple's App Store Server API: its answers' models (pure: the fuzz targets link them), and the client
+        // (JWT auth, typed errors, retries, rate limits)
+        .target(
+            name: "AppStoreServerAPIModels",
+            dependencies: ["AppStoreNotifications"]
+        ),
         .target(
             name: "AppStoreServerAPI",
-            dependencies: ["AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1, tracing]
+            dependencies: ["AppStoreServerAPIModels", "AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1, tracing]
         ),
         // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
         .target(

@@ -17,7 +17,11 @@ let package = Package(
     targets: [
         .target(name: "CLibFuzzer"),
         .target(name: "FuzzSupport", dependencies: ["CLibFuzzer", core, .product(name: "TestSigning", package: "appstore-notification-pipeline")]),
-    ] + fuzzTargets.map { .executableTarget(name: $0, dependencies: ["FuzzSupport", core]) }
+    ] + fuzzTargets.map { name in
+        // The App Store Server API's answer decoders are models only (no HTTP client in a fuzz build).
+        let models: [Target.Dependency] = name == "FuzzAPIResponses" ? [.product(name: "AppStoreServerAPIModels", package: "appstore-notification-pipeline")] : []
+        return .executableTarget(name: name, dependencies: ["FuzzSupport", core] + models)
+    }
 )
 
 for target in package.targets where target.name != "CLibFuzzer" {

@@ -24,7 +24,8 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 echo "== build"
-if ! swift build --build-tests >"$log" 2>&1; then
+# The import check: a module imported without being declared a dependency fails the build.
+if ! swift build --build-tests --explicit-target-dependency-import-check error >"$log" 2>&1; then
     cat "$log"
     echo "build failed"
     exit 1
@@ -34,6 +35,10 @@ if grep -E "^$PWD/(Sources|Tests)/.*: warning:" "$log"; then
     echo "our sources must build warning-free"
     exit 1
 fi
+
+echo "== module graph and imports (docs/architecture.md)"
+python3 scripts/architecture.py --check
+python3 scripts/check-imports.py
 
 echo "== services (PostgreSQL, Kafka-protocol broker)"
 for service in postgres kafka; do

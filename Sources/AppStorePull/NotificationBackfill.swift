@@ -1,12 +1,12 @@
 import AppStoreNotifications
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
 import NotificationRecords
 import ServiceContextModule
-import ServiceRuntime
 
 /// What one backfill asks Apple for.
 public struct BackfillRequest: Sendable {
@@ -209,18 +209,11 @@ public struct NotificationBackfill: Sendable {
         // the promise that the topic holds nothing new about them).
         let erased = try await store.erased(items.map { ErasureClaim.ofNotification($0.signedPayload) })
         summary.erasedHeldBack += erased.count
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = NotificationRecord.now()
         let records = items.enumerated().filter { !erased.contains($0.offset) }.map(\.element).map { item in
-            var headers = [
-                KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
-                KafkaHeader(key: NotificationRecordHeader.source, string: "history"),
-            ]
-            if let result = item.lastSendAttemptResult {
-                headers.append(KafkaHeader(key: NotificationRecordHeader.sendAttemptResult, string: String(result.rawValue.prefix(64))))
-            }
-            return KafkaProducerMessage(
-                topic: topic, key: UnverifiedPeek.partitionKey(ofNotification: item.signedPayload).map { Array($0.utf8) },
-                value: Array(item.signedPayload.utf8), headers: headers.injecting(ServiceContext.current), timestamp: now)
+            NotificationRecord.fromHistory(
+                signedPayload: item.signedPayload, topic: topic, sendAttemptResult: item.lastSendAttemptResult?.rawValue, now: now,
+                context: ServiceContext.current)
         }
         // All of the page in flight at once, every acknowledgement awaited: the page counts only when all arrived.
         try await producer.sendAllAndAwait(records)

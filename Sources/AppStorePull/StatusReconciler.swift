@@ -1,11 +1,10 @@
 import AppStoreNotifications
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import EntitlementStore
 import Foundation
-import KafkaClient
 import Logging
 import NotificationRecords
-import ServiceRuntime
 
 /// What a reconcile or an import did.
 public struct PullSummary: Sendable {

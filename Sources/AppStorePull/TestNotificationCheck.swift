@@ -1,9 +1,9 @@
 import AppStoreNotifications
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import EntitlementStore
 import Foundation
 import Logging
-import ServiceRuntime
 
 /// Apple → ingest → Kafka → worker → PostgreSQL in one call: ask Apple for a TEST notification, poll its status
 /// until Apple says how sending went, then wait for its notificationUUID in the ledger.

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import AppStoreServerAPIModels
 
 extension AppStoreServerAPIClient {
     /// [Get All Subscription Statuses](https://developer.apple.com/documentation/appstoreserverapi/get-all-subscription-statuses).

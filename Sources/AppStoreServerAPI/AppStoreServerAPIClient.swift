@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import AppStoreServerAPIModels
 import AsyncHTTPClient
 import Foundation
 import Logging

@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import Foundation
 
 /// A call to the App Store Server API that did not succeed, with what Apple said and whether trying again can help.

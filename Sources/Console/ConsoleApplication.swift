@@ -1,5 +1,3 @@
-import AppStoreNotifications
-import AppStoreServerAPI
 import EntitlementStore
 import Foundation
 import Hummingbird

@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import Foundation
 import PipelineConfiguration
-import ServiceRuntime
 import SharedSettings
 
 /// Everything the console is configured with. It reads PostgreSQL and, for re-drives, writes to the notifications

@@ -7,7 +7,6 @@ import Hummingbird
 import KafkaClient
 import Logging
 import NotificationRecords
-import ServiceRuntime
 
 extension ConsolePages {
     // MARK: - Actions
@@ -126,16 +125,14 @@ struct ConsoleActions: Sendable {
     /// have no stored headers: they are re-driven with the re-drive headers and their `traceparent` only. Those about
     /// an erased customer are held back. Each send waits for the broker's acknowledgement.
     func redrive(_ letters: [StoredDeadLetter]) async throws -> (redriven: Int, erasedHeldBack: Int) {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = NotificationRecord.now()
         let held = try await entitlements.erased(letters.map(\.erasureClaim))
         let redriven = try await entitlements.redrivenDeadLetters(topic: deadLetterTopic)
         var count = 0
         for (index, letter) in letters.enumerated() where !held.contains(index) {
             if let from = letter.deadLetterPosition, redriven.contains(from) { continue }
-            var headers = letter.deadLetterHeaders.map { KafkaHeader(key: $0.key, value: $0.value) }
-            if headers.isEmpty, let traceparent = letter.traceparent { headers.append(KafkaHeader(key: TraceParent.header, string: traceparent)) }
-            let record = RedriveRecord.make(
-                value: Array(letter.payload.utf8), key: letter.key.map { Array($0.utf8) }, deadLetterHeaders: headers,
+            let record = NotificationRecord.redriven(
+                payload: letter.payload, key: letter.key, storedHeaders: letter.deadLetterHeaders, traceparent: letter.traceparent,
                 from: letter.deadLetterPosition?.description ?? letter.position, to: topic, now: now)
             let report = try await producer.sendAndAwait(record)
             if let from = letter.deadLetterPosition {

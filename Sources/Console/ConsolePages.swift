@@ -1,7 +1,4 @@
 import AppStoreNotifications
-import AppStorePull
-import AppStoreServerAPI
-import EntitlementStore
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -9,7 +6,6 @@ import HummingbirdBcrypt
 import KafkaClient
 import Logging
 import NIOPosix
-import ServiceRuntime
 import X509
 
 /// The console's routes. Every page but `/login` (and the stylesheet) needs a session; every state change is a POST

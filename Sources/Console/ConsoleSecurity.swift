@@ -1,4 +1,3 @@
-import EntitlementStore
 import Foundation
 import HTTPTypes
 import Hummingbird

@@ -1,5 +1,4 @@
 import AppStoreNotifications
-import AppStoreServerAPI
 import EntitlementStore
 import Foundation
 import Hummingbird

@@ -4,7 +4,6 @@ import EntitlementStore
 import Foundation
 import Logging
 import NotificationRecords
-import ServiceRuntime
 
 /// The customer API's operations (the generated `APIProtocol` of docs/customer-api.yaml). Authentication, the
 /// body limit and the error shape are middlewares; an operation returns its success answer or throws a

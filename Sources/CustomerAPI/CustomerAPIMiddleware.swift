@@ -1,5 +1,4 @@
 import AppStoreNotifications
-import EntitlementStore
 import Foundation
 import HTTPTypes
 import Hummingbird

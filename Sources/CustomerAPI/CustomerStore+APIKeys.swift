@@ -1,4 +1,3 @@
-import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO

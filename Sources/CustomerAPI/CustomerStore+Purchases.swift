@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import EntitlementStore
 import Foundation
 import Logging

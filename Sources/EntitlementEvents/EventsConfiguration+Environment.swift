@@ -1,5 +1,4 @@
 import PipelineConfiguration
-import ServiceRuntime
 
 extension EventsConfiguration {
     /// The variables the events settings are read from (worker and pipelinectl).

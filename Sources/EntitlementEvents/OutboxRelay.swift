@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import EntitlementStore
 import KafkaClient
 import Logging

@@ -1,4 +1,3 @@
-import EntitlementStore
 import Logging
 import PostgresNIO
 

@@ -609,7 +609,7 @@ public struct EntitlementStore: Sendable {
         var states: [EntitlementKey: LockedRow] = [:]
         for try await (text, sequence, after) in rows.decode((String, Int64?, String?).self) {
             let state = try JSONDecoder().decode(EntitlementState.self, from: Data(text.utf8))
-            let lastAfter = after.flatMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.flatMap(EntitlementSnapshot.init(json:))
+            let lastAfter = after.flatMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.flatMap { try? JSONValueDecoder().decode(EntitlementSnapshot.self, from: .object($0)) }
             states[EntitlementKey(environment: state.environment, bundleId: state.bundleId, originalTransactionId: state.originalTransactionId)] =
                 LockedRow(state: state, eventSequence: sequence ?? 0, lastEventAfter: lastAfter)
         }

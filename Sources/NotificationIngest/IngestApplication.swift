@@ -109,20 +109,14 @@ struct NotificationIngestHandler: Sendable {
             return refuse(.badRequest, code: error.code, reason: error.reason, requestId: requestId, logger: logger, extraHeaders: close)
         }
 
-        let receivedAt = Int64(Date().timeIntervalSince1970 * 1000)
-        var headers = [
-            KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(receivedAt)),
-            KafkaHeader(key: NotificationRecordHeader.ingestInstance, string: configuration.instanceId),
-            KafkaHeader(key: NotificationRecordHeader.requestId, string: requestId),
-        ]
-        if let environmentHint { headers.append(KafkaHeader(key: NotificationRecordHeader.environmentHint, string: environmentHint)) }
+        let receivedAt = NotificationRecord.now()
         // The record carries the send span's context (`traceparent`): the worker continues this trace.
         let span = startSpan("send \(configuration.topic)", ofKind: .producer)
         defer { span.end() }
         span.attributes.messaging(operation: "send", destination: configuration.topic)
-        let record = KafkaProducerMessage(
-            topic: configuration.topic, key: UnverifiedPeek.partitionKey(ofNotification: signedPayload).map { Array($0.utf8) },
-            value: Array(signedPayload.utf8), headers: headers.injecting(span.context), timestamp: receivedAt)
+        let record = NotificationRecord.ingested(
+            signedPayload: signedPayload, topic: configuration.topic, receivedAt: receivedAt, instanceId: configuration.instanceId,
+            requestId: requestId, environmentHint: environmentHint, context: span.context)
 
         // Once produced, the record is awaited to the end even if the client went away: we never answer 200
         // without the record, and a record whose answer was lost is retried by Apple and deduplicated downstream.

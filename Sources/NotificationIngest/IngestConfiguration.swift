@@ -1,7 +1,6 @@
 import Foundation
 import KafkaClient
 import PipelineConfiguration
-import ServiceRuntime
 
 /// Everything the ingest service is configured with. Read from the environment by `fromEnvironment`.
 public struct IngestConfiguration: Sendable {

@@ -1,5 +1,4 @@
 import Prometheus
-import ServiceRuntime
 
 /// What ingest exports on `/metrics`. Labels are bounded: HTTP status and error code, never an id.
 struct IngestMetrics: Sendable {

@@ -111,19 +111,15 @@ public struct PulledRecordProducer: Sendable {
     /// (those the erasure screen did not hold back).
     @discardableResult
     public func produce(_ records: [(kind: PulledRecordKind, key: String?, value: [UInt8], source: String)]) async throws -> [Bool] {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let now = NotificationRecord.now()
         let held = try await erasures?.erased(records.map { ErasureClaim.of(record: $0.value, kind: $0.kind, receivedAt: Date()) }) ?? []
         let sent = records.indices.map { !held.contains($0) }
         let records = records.enumerated().filter { !held.contains($0.offset) }.map(\.element)
         guard !records.isEmpty else { return sent }
         try await producer.sendAllAndAwait(records.map { record in
-            KafkaProducerMessage(
-                topic: topic, key: record.key.map { Array($0.utf8) }, value: record.value,
-                headers: [
-                    KafkaHeader(key: NotificationRecordHeader.receivedAt, string: String(now)),
-                    KafkaHeader(key: NotificationRecordHeader.source, string: record.source),
-                    KafkaHeader(key: NotificationRecordHeader.recordKind, string: record.kind.rawValue),
-                ].injecting(ServiceContext.current), timestamp: now)
+            NotificationRecord.pulled(
+                kind: record.kind, key: record.key, value: record.value, source: record.source, topic: topic, now: now,
+                context: ServiceContext.current)
         })
         return sent
     }

@@ -1,5 +1,3 @@
-import AppStoreNotifications
-import EntitlementStore
 import KafkaClient
 import ServiceRuntime
 import Tracing

@@ -1,10 +1,8 @@
 import AppStoreNotifications
 import AppStorePull
-import AppStoreServerAPI
 import EntitlementStore
 import Logging
 import ServiceLifecycle
-import ServiceRuntime
 
 /// Heals rows that contradict Apple's last word: every `interval`, claims the contradicted rows (several workers
 /// claim different ones) and asks Apple for each subscription's statuses through the path `pipelinectl reconcile`

@@ -1,5 +1,4 @@
 import AppStoreNotifications
-import AppStorePull
 import EntitlementStore
 import Foundation
 import KafkaClient
@@ -542,18 +541,10 @@ public final class NotificationWorker: Service, Sendable {
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8], headers original: [KafkaHeader], timestamp: Int64?,
         code: String, reason: String, cause: String?
     ) -> KafkaProducerMessage {
-        var headers = original
-        headers.append(KafkaHeader(key: DeadLetterHeader.errorCode, string: code))
-        headers.append(KafkaHeader(key: DeadLetterHeader.errorReason, string: reason))
-        if let cause { headers.append(KafkaHeader(key: DeadLetterHeader.errorCause, string: cause)) }
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalTopic, string: topic))
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalPartition, string: String(partition)))
-        headers.append(KafkaHeader(key: DeadLetterHeader.originalOffset, string: String(offset)))
-        if let timestamp { headers.append(KafkaHeader(key: DeadLetterHeader.originalTimestamp, string: String(timestamp))) }
-        headers.append(KafkaHeader(key: DeadLetterHeader.consumerGroup, string: configuration.groupId))
-        headers.append(KafkaHeader(key: DeadLetterHeader.failedAt, string: String(Int64(Date().timeIntervalSince1970 * 1000))))
-        headers.append(KafkaHeader(key: DeadLetterHeader.attempt, string: "1"))
-        return KafkaProducerMessage(topic: configuration.deadLetterTopic, key: key, value: value, headers: headers)
+        NotificationRecord.deadLetter(
+            of: RecordPosition(topic: topic, partition: partition, offset: offset), key: key, value: value, headers: original,
+            timestamp: timestamp, failure: (code, reason, cause), consumerGroup: configuration.groupId, to: configuration.deadLetterTopic,
+            now: NotificationRecord.now())
     }
 
     /// Splits `records` into those PostgreSQL accepts and those it refuses for good, by storing halves in

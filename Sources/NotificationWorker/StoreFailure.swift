@@ -1,7 +1,5 @@
 import AppStoreNotifications
-import AppStorePull
 import PostgresNIO
-import ServiceRuntime
 
 /// What a failed batch transaction means: retry the same batch (the database is away, busy or deadlocked), or
 /// the data itself is refused and will be refused forever (retrying would stall every partition the member owns,

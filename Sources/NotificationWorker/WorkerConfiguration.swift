@@ -1,6 +1,3 @@
-import AppStoreNotifications
-import AppStorePull
-import AppStoreServerAPI
 import EntitlementEvents
 import EntitlementStore
 import Foundation

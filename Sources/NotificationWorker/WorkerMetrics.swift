@@ -1,8 +1,6 @@
 import AppStoreNotifications
-import AppStorePull
 import KafkaClient
 import Prometheus
-import ServiceRuntime
 
 /// What the worker exports on `/metrics`. Labels are bounded: outcome, error code, known notification type (or
 /// `unknown`), field name; never an id or a raw value.

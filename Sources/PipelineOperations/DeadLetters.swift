@@ -1,11 +1,9 @@
 import AppStoreNotifications
-import EntitlementEvents
 import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
 import NotificationRecords
-import ServiceRuntime
 
 /// A record of the dead-letter topic, with what its headers say.
 public struct DeadLetter: Sendable {

@@ -7,7 +7,6 @@ import KafkaClient
 import Logging
 import PipelineConfiguration
 import PostgresNIO
-import ServiceRuntime
 import SharedSettings
 
 /// What `pipelinectl` reads from the environment: the same variables the services read, so an operator runs it

@@ -1,8 +1,6 @@
-import EntitlementEvents
 import Foundation
 import KafkaClient
 import Logging
-import ServiceRuntime
 
 /// Reads a whole topic as it is now (every partition from its first retained record to its current end), for
 /// tools: `dlq list`, `dlq redrive`, tests. Uses a throwaway consumer group that never commits.

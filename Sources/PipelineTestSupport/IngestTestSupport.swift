@@ -2,10 +2,7 @@ import AppStoreNotifications
 import Foundation
 import KafkaClient
 import Logging
-import AppStorePull
 import NotificationIngest
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import Prometheus
 import ServiceLifecycle

@@ -1,14 +1,8 @@
 import AppStoreNotifications
-import EntitlementEvents
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
-import ServiceRuntime
 import PostgresNIO
-import TestSupport
 import Testing
 
 #if canImport(Glibc)

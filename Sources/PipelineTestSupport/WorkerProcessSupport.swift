@@ -2,12 +2,8 @@ import AppStoreNotifications
 import Foundation
 import KafkaClient
 import Logging
-import AppStorePull
-import NotificationIngest
 import NotificationRecords
-import NotificationWorker
 import PipelineOperations
-import ServiceRuntime
 import PostgresNIO
 import StoreTestSupport
 import TestSupport

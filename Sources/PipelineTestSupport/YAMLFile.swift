@@ -1,19 +1,7 @@
-import AppStoreNotifications
-import CustomerAPI
-import EntitlementEvents
-import EntitlementStore
 import Foundation
-import KafkaClient
 import Prometheus
-import TestSupport
 import Testing
-import Webhooks
 
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 
 public enum YAMLFile {
     public static func load(_ relativePath: String) throws -> [Any] {

@@ -1,4 +1,3 @@
-import AppStoreNotifications
 
 /// Realistic streams of subscription notifications for end-to-end tests, benchmarks and the demo: each
 /// subscription lives through a purchase, renewals and one of the common endings (voluntary expiry, billing

@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import AsyncHTTPClient
 import Crypto
 import Foundation

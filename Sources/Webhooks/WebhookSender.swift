@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import AsyncHTTPClient
 import Foundation
 import NIOCore

@@ -3,10 +3,6 @@ import ArgumentParser
 import CustomerAPI
 import EntitlementStore
 import Foundation
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import SharedSettings
 

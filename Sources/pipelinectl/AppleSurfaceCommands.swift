@@ -1,13 +1,11 @@
 import AppStoreNotifications
 import AppStorePull
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import ArgumentParser
-import EntitlementStore
 import Foundation
 import KafkaClient
 import PipelineConfiguration
-import PipelineOperations
-import ServiceRuntime
 import SharedSettings
 
 /// A verifier for what a command fetched from Apple: the app named on the command line (and its App Apple ID from

@@ -1,6 +1,5 @@
 import AppStoreNotifications
 import ArgumentParser
-import EntitlementStore
 import Foundation
 
 /// `pipelinectl archive`: read an archived notification back exactly, and move old rows to the compact form.

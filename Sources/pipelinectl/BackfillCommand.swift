@@ -1,14 +1,10 @@
 import AppStoreNotifications
 import AppStoreServerAPI
 import ArgumentParser
-import EntitlementStore
 import Foundation
 import KafkaClient
 import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineConfiguration
-import PipelineOperations
 import ServiceRuntime
 import SharedSettings
 

@@ -3,12 +3,8 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import Logging
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineConfiguration
 import PipelineOperations
-import ServiceRuntime
 
 /// Where the pipeline is: the services' own environment variables, overridable per run.
 struct ConnectionOptions: ParsableArguments {

@@ -1,13 +1,7 @@
 import AppStoreNotifications
-import AppStoreServerAPI
+import AppStoreServerAPIModels
 import ArgumentParser
-import EntitlementStore
 import Foundation
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 
 /// `pipelinectl consumption pending|send`: Apple's CONSUMPTION_REQUEST asks for an answer within 12 hours.
 struct ConsumptionCommand: AsyncParsableCommand {

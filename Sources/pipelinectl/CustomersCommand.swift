@@ -3,8 +3,6 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import PipelineConfiguration
-import PipelineOperations
-import ServiceRuntime
 import SharedSettings
 
 /// `pipelinectl customers erase|erasure|erasures`: erase a customer everywhere the pipeline keeps them

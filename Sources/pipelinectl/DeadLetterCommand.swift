@@ -3,9 +3,6 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 

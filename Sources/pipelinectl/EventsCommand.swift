@@ -3,11 +3,7 @@ import ArgumentParser
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
-import ServiceRuntime
 
 /// `pipelinectl events tail`.
 struct EventsCommand: AsyncParsableCommand {

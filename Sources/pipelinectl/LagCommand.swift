@@ -1,11 +1,6 @@
 import AppStoreNotifications
 import ArgumentParser
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 
 /// `pipelinectl lag`.
 struct LagCommand: AsyncParsableCommand {

@@ -1,6 +1,5 @@
 import AppStoreNotifications
 import ArgumentParser
-import EntitlementStore
 import Foundation
 import SubscriptionMetrics
 

@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import ArgumentParser
 import Console
-import EntitlementStore
 import Foundation
 
 /// `pipelinectl operators add|list|disable|enable|remove|reset-password`: who may sign in to the console.

@@ -5,10 +5,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import AppStorePull
-import NotificationIngest
 import NotificationRecords
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 
 /// Which subscriptions a pull command asks Apple about.

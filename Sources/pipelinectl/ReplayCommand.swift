@@ -1,11 +1,6 @@
 import AppStoreNotifications
 import ArgumentParser
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 
 /// `pipelinectl replay`: move the workers' group back (or forward) after an outage.
 struct ReplayCommand: AsyncParsableCommand {

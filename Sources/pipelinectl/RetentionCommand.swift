@@ -3,7 +3,6 @@ import ArgumentParser
 import EntitlementStore
 import Foundation
 import PipelineConfiguration
-import PipelineOperations
 import ServiceRuntime
 
 /// `pipelinectl retention show|run`: what each store keeps, and the prune job the workers also run

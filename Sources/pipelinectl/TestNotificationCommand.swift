@@ -1,12 +1,7 @@
 import AppStoreNotifications
-import AppStoreServerAPI
 import ArgumentParser
-import EntitlementStore
 import Foundation
 import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 
 /// `pipelinectl test-notification`: the whole path checked in one command.

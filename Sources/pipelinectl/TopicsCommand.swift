@@ -1,11 +1,6 @@
 import AppStoreNotifications
 import ArgumentParser
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 
 /// `pipelinectl topics ensure`.
 struct TopicsCommand: AsyncParsableCommand {

@@ -1,14 +1,8 @@
 import AppStoreNotifications
 import ArgumentParser
-import EntitlementEvents
-import EntitlementStore
 import Foundation
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineConfiguration
 import PipelineOperations
-import ServiceRuntime
 import Webhooks
 
 /// `pipelinectl webhooks …`: the endpoints the webhooks service delivers entitlement events to.

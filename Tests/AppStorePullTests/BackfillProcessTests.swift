@@ -1,12 +1,8 @@
 import AppStoreNotifications
-import AppStoreServerAPI
+import AppStoreServerAPIModels
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
 import NotificationRecords
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
 import StoreTestSupport

@@ -1,10 +1,6 @@
 import AppStoreNotifications
-import AppStoreServerAPI
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO

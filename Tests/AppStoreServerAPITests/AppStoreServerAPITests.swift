@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import AppStoreServerAPI
+import AppStoreServerAPIModels
 import Crypto
 import Foundation
 import Logging

@@ -1,11 +1,8 @@
 import Console
-import EntitlementStore
 import Foundation
 import Logging
-import PipelineTestSupport
 import PostgresNIO
 import StoreTestSupport
-import TestSupport
 import Testing
 
 /// Console sessions (issue 51: they had no absolute lifetime): a session ends `CONSOLE_SESSION_MAX` after sign-in

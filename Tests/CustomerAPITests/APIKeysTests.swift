@@ -5,7 +5,6 @@ import Foundation
 import Logging
 import PostgresNIO
 import StoreTestSupport
-import TestSupport
 import Testing
 import PipelineTestSupport
 

@@ -2,8 +2,6 @@ import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
 import StoreTestSupport
-import TestSigning
-import TestSupport
 import Testing
 
 @Suite("Customer API: erasure (DELETE a customer) through customer-api, worker, broker and PostgreSQL", .serialized, .requiresKafkaAndPostgres)

@@ -1,11 +1,7 @@
 import AppStoreNotifications
 import CustomerAPI
-import EntitlementEvents
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO

@@ -1,9 +1,7 @@
-import AppStoreNotifications
 import CustomerAPI
 @testable import EntitlementStore
 import Foundation
 import Logging
-import PipelineTestSupport
 import PostgresNIO
 import StoreTestSupport
 import TestSigning

@@ -13,7 +13,6 @@ import Testing
 @testable import Webhooks
 import Console
 
-@testable import AppStorePull
 @testable import NotificationIngest
 @testable import NotificationWorker
 @testable import PipelineOperations

@@ -3,8 +3,6 @@ import AppStoreNotifications
 import Foundation
 import Logging
 import PostgresNIO
-import StoreTestSupport
-import TestSupport
 import Testing
 
 extension EntitlementStoreTests {

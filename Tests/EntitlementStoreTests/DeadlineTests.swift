@@ -1,5 +1,4 @@
 import EntitlementStore
-import StoreTestSupport
 import Testing
 
 @Suite("withDeadline: a step that never answers cannot hold its caller")

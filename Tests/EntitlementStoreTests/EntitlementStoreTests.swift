@@ -6,7 +6,6 @@ import PostgresNIO
 import StoreTestSupport
 import TestSupport
 import Testing
-import PipelineTestSupport
 
 @Suite("Entitlement store against a real PostgreSQL", .serialized, .requiresPostgres)
 struct EntitlementStoreTests: MintedSuite {

@@ -3,7 +3,6 @@ import Foundation
 import StoreTestSupport
 import TestSupport
 import Testing
-import PipelineTestSupport
 
 @Suite("Kafka client against a real broker", .serialized, .requiresKafka)
 struct KafkaClientTests {

@@ -3,7 +3,6 @@ import KafkaClient
 import Logging
 import StoreTestSupport
 import TestSupport
-import PipelineTestSupport
 import Testing
 
 /// Settings that keep group joins fast on tansu (joins take about session.timeout.ms / 2 there). Test-only.

@@ -1,8 +1,4 @@
 import Foundation
-@testable import AppStorePull
-@testable import NotificationIngest
-@testable import NotificationWorker
-@testable import PipelineOperations
 @testable import ServiceRuntime
 import StoreTestSupport
 import TestSupport

@@ -1,13 +1,9 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
-import AppStorePull
 import NotificationIngest
 import NotificationRecords
-import NotificationWorker
 import PipelineConfiguration
-import PipelineOperations
-import ServiceRuntime
 import StoreTestSupport
 import TestSupport
 import Testing

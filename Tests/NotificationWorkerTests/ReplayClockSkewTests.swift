@@ -1,10 +1,5 @@
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 import StoreTestSupport
 import TestSupport
 import Testing

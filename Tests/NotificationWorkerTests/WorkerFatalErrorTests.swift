@@ -1,9 +1,5 @@
 import Foundation
 @_spi(Testing) import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import StoreTestSupport
 import TestSupport

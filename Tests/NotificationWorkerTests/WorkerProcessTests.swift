@@ -1,10 +1,4 @@
-import AppStoreNotifications
 import Foundation
-import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import StoreTestSupport
 import TestSupport

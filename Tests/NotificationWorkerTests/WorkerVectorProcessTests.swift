@@ -1,11 +1,7 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
 import NotificationRecords
-import NotificationWorker
-import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
 import StoreTestSupport

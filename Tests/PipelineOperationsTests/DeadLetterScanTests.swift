@@ -1,12 +1,7 @@
 @testable import KafkaClient
-import AppStorePull
-import NotificationIngest
 import NotificationRecords
-import NotificationWorker
 import PipelineOperations
-import ServiceRuntime
 import Testing
-import PipelineTestSupport
 
 /// What `dlq list` and `dlq redrive` take from a streamed dead-letter topic.
 @Suite("Dead-letter scan")

@@ -1,7 +1,5 @@
-import EntitlementStore
 import Foundation
 import StoreTestSupport
-import TestSupport
 import Testing
 import PipelineTestSupport
 

@@ -1,10 +1,6 @@
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
-import ServiceRuntime
 import StoreTestSupport
 import Synchronization
 import TestSupport

@@ -7,7 +7,6 @@ import StoreTestSupport
 import SubscriptionMetrics
 import TestSupport
 import Testing
-import PipelineTestSupport
 
 /// A book of minted subscriptions (January to April 2026) whose every metric was computed by hand from the
 /// definitions in docs/metrics.md (RevenueCat's), stored through the worker's own batch path, in order and shuffled.

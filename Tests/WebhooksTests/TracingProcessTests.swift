@@ -1,6 +1,5 @@
 import AppStoreNotifications
 import EntitlementEvents
-import EntitlementStore
 import Foundation
 import KafkaClient
 import PipelineOperations

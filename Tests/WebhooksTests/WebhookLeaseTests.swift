@@ -1,11 +1,5 @@
-import AppStoreNotifications
 import EntitlementStore
 import Foundation
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
-import PipelineOperations
-import ServiceRuntime
 import PostgresNIO
 import StoreTestSupport
 import TestSupport

@@ -1,13 +1,7 @@
 import Foundation
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineConfiguration
-import PipelineOperations
-import ServiceRuntime
 import Testing
 import Webhooks
-import PipelineTestSupport
 
 @Suite("Webhooks: Standard Webhooks signatures, target rules, retry schedule")
 struct WebhookSigningTests {

@@ -2,9 +2,6 @@ import AppStoreNotifications
 import EntitlementEvents
 import Foundation
 import KafkaClient
-import AppStorePull
-import NotificationIngest
-import NotificationWorker
 import PipelineOperations
 import ServiceRuntime
 import StoreTestSupport

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import AppStoreServerAPIModels
 import FuzzSupport
 
 /// libFuzzer target: the App Store Server API client's answer decoders (Get Notification History, Request a Test

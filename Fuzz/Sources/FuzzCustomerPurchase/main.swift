@@ -17,11 +17,11 @@ public func customerPurchaseFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> C
 
     // The worker's decoder, on a record as it might arrive in the topic.
     do throws(VerificationError) {
-        let record = try PurchaseRecordDocument(json: body)
-        precondition((try? PurchaseRecordDocument(json: record.json)) == record, "a purchase record does not survive its own encoding")
+        let record = try PurchaseRecordDocument(record: body)
+        precondition((try? PurchaseRecordDocument(record: record.json)) == record, "a purchase record does not survive its own encoding")
         precondition(CustomerId.canonical(record.claim.customerId) == record.claim.customerId, "a record's customer id is not canonical")
     } catch {
-        checkRefusal(code: error.code, reason: error.reason, "PurchaseRecordDocument(json:)")
+        checkRefusal(code: error.code, reason: error.reason, "PurchaseRecordDocument(record:)")
     }
 
     // The API's path: the customer id, the JWS shape, the record, the verification.
@@ -34,7 +34,7 @@ public func customerPurchaseFuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> C
     let bundleId = body["bundleId"]?.stringValue ?? fixture.bundleId
     let document = PurchaseRecordDocument(
         bundleId: bundleId, claim: PurchaseClaim(customerId: customerId, policy: .transfer), signedTransaction: signedTransaction, signedRenewalInfo: signedRenewalInfo)
-    precondition((try? PurchaseRecordDocument(json: document.json)) == document, "the API's purchase record does not survive the worker's decoding")
+    precondition((try? PurchaseRecordDocument(record: document.json)) == document, "the API's purchase record does not survive the worker's decoding")
     let minted = fixture.minted
     let verified = runBlocking { () -> Result<Bool, VerificationError> in
         do throws(VerificationError) {

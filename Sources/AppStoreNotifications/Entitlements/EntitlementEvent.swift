@@ -46,23 +46,31 @@ public struct EntitlementSnapshot: Sendable, Hashable {
             "supersededBy": EntitlementEvent.text(supersededBy),
         ])
     }
+}
 
-    /// Reads back `json` (the last `after`, stored with the row so that the next event's `before` equals it).
-    public init?(json: JSONObject) {
-        guard let status = json["status"]?.stringValue, case .bool(let isActive)? = json["isActive"] else { return nil }
-        self.status = status
-        self.isActive = isActive
-        func date(_ key: String) -> Timestamp? { json[key]?.stringValue.flatMap(Timestamp.init(rfc3339:)) }
-        func int(_ key: String) -> Int32? { json[key]?.int64Value.map { Int32(truncatingIfNeeded: $0) } }
-        expiresDate = date("expiresDate")
-        productId = json["productId"]?.stringValue
-        autoRenewStatus = int("autoRenewStatus")
-        autoRenewProductId = json["autoRenewProductId"]?.stringValue
-        gracePeriodExpiresDate = date("gracePeriodExpiresDate")
-        revocationDate = date("revocationDate")
-        revocationReason = int("revocationReason")
-        revocationType = json["revocationType"]?.stringValue
-        supersededBy = json["supersededBy"]?.stringValue
+extension EntitlementSnapshot: Decodable {
+    enum CodingKeys: String, CodingKey {
+        case status, isActive, expiresDate, productId, autoRenewStatus, autoRenewProductId, gracePeriodExpiresDate, revocationDate,
+            revocationReason, revocationType, supersededBy
+    }
+
+    /// Reads back `json` (the last `after`, stored with the row so that the next event's `before` equals it), through
+    /// the strict decoder (`JSONValueDecoder`): `status` and `isActive` required, the rest null when absent.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        func date(_ key: CodingKeys) throws -> Timestamp? { try container.decodeIfPresent(String.self, forKey: key).flatMap(Timestamp.init(rfc3339:)) }
+        func int(_ key: CodingKeys) throws -> Int32? { try container.decodeIfPresent(Int64.self, forKey: key).map { Int32(truncatingIfNeeded: $0) } }
+        status = try container.decode(String.self, forKey: .status)
+        isActive = try container.decode(Bool.self, forKey: .isActive)
+        expiresDate = try date(.expiresDate)
+        productId = try container.decodeIfPresent(String.self, forKey: .productId)
+        autoRenewStatus = try int(.autoRenewStatus)
+        autoRenewProductId = try container.decodeIfPresent(String.self, forKey: .autoRenewProductId)
+        gracePeriodExpiresDate = try date(.gracePeriodExpiresDate)
+        revocationDate = try date(.revocationDate)
+        revocationReason = try int(.revocationReason)
+        revocationType = try container.decodeIfPresent(String.self, forKey: .revocationType)
+        supersededBy = try container.decodeIfPresent(String.self, forKey: .supersededBy)
     }
 }
 

@@ -69,7 +69,7 @@ public struct StatusSnapshotDocument: Sendable, Hashable, Decodable {
     }
 
     /// The record's JSON, through the strict decoder (`Decodable` below); a failure is `malformedPayload` naming the field.
-    public init(json object: JSONObject) throws(VerificationError) {
+    public init(record object: JSONObject) throws(VerificationError) {
         self = try VerificationError.decodeRecord(Self.self, from: object, named: "the status snapshot")
     }
 
@@ -100,7 +100,7 @@ extension SignedPayloadVerifier {
         } catch {
             throw .malformedPayload("the status snapshot is not a JSON object: \(error)")
         }
-        let document = try StatusSnapshotDocument(json: object)
+        let document = try StatusSnapshotDocument(record: object)
         guard let status = SubscriptionStatus(rawValue: document.status) else {
             throw .malformedPayload("the status snapshot's status \(document.status) is not one this version knows (1…5); kept for a re-drive after an upgrade")
         }

@@ -56,7 +56,7 @@ public struct PurchaseRecordDocument: Sendable, Hashable, Decodable {
     enum CodingKeys: String, CodingKey { case bundleId, customerId, ownershipPolicy, signedTransaction, signedRenewalInfo }
 
     /// The record's JSON, through the strict decoder (`Decodable` below); a failure is `malformedPayload` naming the field.
-    public init(json object: JSONObject) throws(VerificationError) {
+    public init(record object: JSONObject) throws(VerificationError) {
         self = try VerificationError.decodeRecord(Self.self, from: object, named: "the purchase")
     }
 
@@ -133,6 +133,6 @@ extension SignedPayloadVerifier {
         } catch {
             throw .malformedPayload("the purchase record is not a JSON object: \(error)")
         }
-        return try await verifyPurchase(try PurchaseRecordDocument(json: object))
+        return try await verifyPurchase(try PurchaseRecordDocument(record: object))
     }
 }

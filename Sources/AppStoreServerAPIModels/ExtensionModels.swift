@@ -1,3 +1,4 @@
+import AppStoreNotifications
 /// [RefundHistoryResponse](https://developer.apple.com/documentation/appstoreserverapi/refundhistoryresponse): one
 /// page of Get Refund History v2 (the customer's refunded transactions, up to 20 a page, most recent first).
 public struct RefundHistoryResponse: Sendable, Hashable, Decodable {

@@ -1,3 +1,4 @@
+import AppStoreNotifications
 /// [NotificationHistoryRequest](https://developer.apple.com/documentation/appstoreserverapi/notificationhistoryrequest):
 /// the body of Get Notification History. Dates are milliseconds since 1970; at most one of the type filter and
 /// `transactionId` (Apple answers 4000019 to both).

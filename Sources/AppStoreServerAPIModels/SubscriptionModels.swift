@@ -1,3 +1,4 @@
+import AppStoreNotifications
 /// [lastTransactionsItem](https://developer.apple.com/documentation/appstoreserverapi/lasttransactionsitem):
 /// a subscription's status (kept raw: a value Apple adds later is carried) and its latest signed transaction and
 /// renewal info.
