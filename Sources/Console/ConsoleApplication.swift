@@ -31,7 +31,7 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     // The connection guard ingest and the customer API use: idle connections closed, a request's head and body due
     // within the request timeout (408), bodies bounded (the largest form is a re-drive's selection).
     let limits = HTTPConnectionLimits(
-        idleTimeoutMilliseconds: Int(configuration.idleTimeout.components.seconds * 1000), requestTimeoutMilliseconds: Int(configuration.requestTimeout.components.seconds * 1000),
+        idleTimeout: configuration.idleTimeout, requestTimeout: configuration.requestTimeout,
         maximumBodyBytes: 256 * 1024, bodyTooLarge: (413, "bodyTooLarge"))
     let server = Application(
         router: router,

@@ -236,13 +236,41 @@ struct ConsolePages: Sendable {
 
     func search(_ request: Request, _ session: OperatorSession) async throws -> Response {
         let query = request.uri.queryParameters.get("q") ?? ""
-        let matches = try await store.search(query)
+        let matches = Self.links(to: try await store.search(query))
         if matches.count == 1 {
             return Response(status: .seeOther, headers: [.location: matches[0].path])
         }
         return html("Search", "search", [
             "query": query, "matches": matches.map { ["kind": $0.kind, "label": $0.label, "path": $0.path] },
         ], session, query: query)
+    }
+
+    /// Where each search hit leads: a label for people and the console path of the match (built from stored
+    /// identifiers only), one per destination (a transaction id and its subscription lead to the same page).
+    static func links(to hits: [SearchHit]) -> [(kind: String, label: String, path: String)] {
+        var matches: [(kind: String, label: String, path: String)] = []
+        for hit in hits {
+            let (kind, bundle, id, extra) = (hit.kind, hit.bundle, hit.id, hit.extra)
+            switch kind {
+            case "customer":
+                guard let id else { continue }
+                matches.append((kind, "customer \(id) of \(bundle)", ConsolePaths.customer(bundle: bundle, customerId: id)))
+            case "notification", "dead letter":
+                if let id, !bundle.isEmpty {
+                    matches.append((kind, "\(kind) \(extra ?? "") of subscription \(id)", ConsolePaths.subscription(bundle: bundle, id: id)))
+                } else if kind == "notification", let extra {
+                    matches.append((kind, "notification \(extra)", ConsolePaths.notification(extra)))
+                } else if let extra {
+                    matches.append((kind, "dead letter \(extra)", "/dead-letters?q=" + ConsolePaths.component(extra)))
+                }
+            default:
+                guard let id else { continue }
+                let what = extra.map { "\(kind) \($0) of subscription \(id)" } ?? "subscription \(id) of \(bundle)"
+                matches.append((kind, what, ConsolePaths.subscription(bundle: bundle, id: id)))
+            }
+        }
+        var seen: Set<String> = []
+        return matches.filter { seen.insert($0.path).inserted }.sorted { ($0.path, $0.kind) < ($1.path, $1.kind) }
     }
 
     func subscriptionPage(_ request: Request, bundle: String, id: String, _ session: OperatorSession, acted: String?) async throws -> Response {

@@ -3,10 +3,15 @@ import EntitlementStore
 import Foundation
 import PostgresNIO
 
-/// Where a search term leads: what matched (`subscription`, `transaction`, `notification`, `dead letter`,
-/// `customer`, `event`, `order`), a label for people, and the console path of the match (built from stored
-/// identifiers only).
-public typealias SearchMatch = (kind: String, label: String, path: String)
+/// What a search term matched, as stored: the kind (`subscription`, `transaction`, `notification`, `dead letter`,
+/// `customer`, `event`, `order`), the app, the subscription's or customer's id, and the matched identifier when it
+/// is another (a transaction id, a notificationUUID, an event id). The pages build their links from these.
+public struct SearchHit: Sendable, Hashable {
+    public var kind: String
+    public var bundle: String
+    public var id: String?
+    public var extra: String?
+}
 
 /// A timeline page's position: rows strictly older than this.
 public struct TimelineCursor: Sendable, Hashable {
@@ -29,7 +34,7 @@ extension ConsoleStore {
     /// Every page the term `q` names: a customer id or appAccountToken, an originalTransactionId, a transactionId,
     /// a notificationUUID (stored or dead-lettered), an order id (webOrderLineItemId) or an event id (entitlement
     /// event or webhook delivery).
-    public func search(_ term: String) async throws -> [SearchMatch] {
+    public func search(_ term: String) async throws -> [SearchHit] {
         let q = term.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !q.isEmpty, q.utf8.count <= 200 else { return [] }
         let value = try await json(
@@ -49,33 +54,10 @@ extension ConsoleStore {
             ) AS m(kind, bundle, id, extra)
             """)
         guard case .array(let rows) = value else { return [] }
-        var matches: [SearchMatch] = []
-        for row in rows {
-            guard let object = row.objectValue, let kind = object["kind"]?.stringValue else { continue }
-            let bundle = object["bundle"]?.stringValue ?? ""
-            let id = object["id"]?.stringValue
-            let extra = object["extra"]?.stringValue
-            switch kind {
-            case "customer":
-                guard let id else { continue }
-                matches.append((kind, "customer \(id) of \(bundle)", ConsolePaths.customer(bundle: bundle, customerId: id)))
-            case "notification", "dead letter":
-                if let id, !bundle.isEmpty {
-                    matches.append((kind, "\(kind) \(extra ?? "") of subscription \(id)", ConsolePaths.subscription(bundle: bundle, id: id)))
-                } else if kind == "notification", let extra {
-                    matches.append((kind, "notification \(extra)", ConsolePaths.notification(extra)))
-                } else if let extra {
-                    matches.append((kind, "dead letter \(extra)", "/dead-letters?q=" + ConsolePaths.component(extra)))
-                }
-            default:
-                guard let id else { continue }
-                let what = extra.map { "\(kind) \($0) of subscription \(id)" } ?? "subscription \(id) of \(bundle)"
-                matches.append((kind, what, ConsolePaths.subscription(bundle: bundle, id: id)))
-            }
+        return rows.compactMap { row in
+            guard let object = row.objectValue, let kind = object["kind"]?.stringValue else { return nil }
+            return SearchHit(kind: kind, bundle: object["bundle"]?.stringValue ?? "", id: object["id"]?.stringValue, extra: object["extra"]?.stringValue)
         }
-        // One page per destination: a transaction id and its subscription's row lead to the same page.
-        var seen: Set<String> = []
-        return matches.filter { seen.insert($0.path).inserted }.sorted { ($0.path, $0.kind) < ($1.path, $1.kind) }
     }
 
     /// The subscription's rows now: its entitlement (per environment), its owner, its transactions.
@@ -307,17 +289,6 @@ extension ConsoleStore {
     static func iso(_ column: String) -> String {
         "to_char((\(column)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
     }
-}
-
-/// The console's paths, built from identifiers (each path segment percent-encoded).
-public enum ConsolePaths {
-    public static func component(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? ""
-    }
-
-    public static func subscription(bundle: String, id: String) -> String { "/apps/\(component(bundle))/subscriptions/\(component(id))" }
-    public static func customer(bundle: String, customerId: String) -> String { "/apps/\(component(bundle))/customers/\(component(customerId))" }
-    public static func notification(_ uuid: String) -> String { "/notifications/\(component(uuid))" }
 }
 
 /// A dead letter as PostgreSQL keeps it, for the console's re-drive.

@@ -60,7 +60,7 @@ public func buildCustomerAPIServices(
             addressLimiter: KeyRateLimiter(rate: configuration.authAttemptsPerSecond, burst: configuration.authAttemptsBurst)),
     ])
     let limits = HTTPConnectionLimits(
-        idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,
+        idleTimeout: .milliseconds(configuration.idleTimeoutMilliseconds), requestTimeout: .milliseconds(configuration.requestTimeoutMilliseconds),
         maximumBodyBytes: configuration.maximumBodyBytes, refusalBody: { code, reason in CustomerAPIError.body(code: CustomerAPIError.snakeCase(code), message: reason) },
         bodyTooLarge: (413, "body_too_large"))
     let api = Application(

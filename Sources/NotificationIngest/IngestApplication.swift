@@ -16,7 +16,7 @@ import Tracing
 /// drain period, then the application drains its HTTP server and flushes the producer.
 public func buildIngestServices(configuration: IngestConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
     let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
-    let drain = ShutdownDrain(period: .milliseconds(configuration.shutdownDrainMilliseconds))
+    let drain = ShutdownDrain(period: configuration.shutdownDrain)
     return [buildIngestApplication(configuration: configuration, producer: producer, registry: registry, logger: logger, drain: drain), drain]
 }
 
@@ -49,7 +49,7 @@ public func buildIngestApplication(
     }
     // Ready only while a broker answers: a load balancer then stops sending us what we could not store. The
     // probe's answer is reused for a short while, so probes (or a flood of them) cannot load the brokers.
-    let readiness = CachedProbe(ttl: .milliseconds(configuration.readinessCacheMilliseconds)) {
+    let readiness = CachedProbe(ttl: configuration.readinessCache) {
         await producer.checkBrokerReachable(timeoutMilliseconds: 1_000)
     }
     OperationsRoutes.add(to: router, registry: registry) {
@@ -57,7 +57,7 @@ public func buildIngestApplication(
         return await readiness.value() ? nil : "no Kafka broker answered"
     }
     let limits = HTTPConnectionLimits(
-        idleTimeoutMilliseconds: configuration.idleTimeoutMilliseconds, requestTimeoutMilliseconds: configuration.requestTimeoutMilliseconds,
+        idleTimeout: configuration.idleTimeout, requestTimeout: configuration.requestTimeout,
         maximumBodyBytes: configuration.maximumBodyBytes)
     return Application(
         router: router,

@@ -18,23 +18,23 @@ public struct IngestConfiguration: Sendable {
     public var maximumBodyBytes = 256 * 1024
     /// `NOTIFICATIONS_TOPIC`: where accepted notifications are produced.
     public var topic = "appstore.notifications.v2"
-    /// `INGEST_PRODUCE_TIMEOUT_MS`: the longest a request waits for the broker's acknowledgement before 503.
-    public var produceTimeoutMilliseconds = 10_000
+    /// `INGEST_PRODUCE_TIMEOUT`: the longest a request waits for the broker's acknowledgement before 503.
+    public var produceTimeout: Duration = .seconds(10)
     /// `INGEST_RETRY_AFTER_SECONDS`: the `Retry-After` of a 503.
     public var retryAfterSeconds = 60
-    /// `INGEST_IDLE_TIMEOUT_MS`: a connection that sends nothing between requests for this long is closed.
-    public var idleTimeoutMilliseconds = 60_000
-    /// `INGEST_REQUEST_TIMEOUT_MS`: from a request's first byte, its head and body must arrive within this, or
+    /// `INGEST_IDLE_TIMEOUT`: a connection that sends nothing between requests for this long is closed.
+    public var idleTimeout: Duration = .seconds(60)
+    /// `INGEST_REQUEST_TIMEOUT`: from a request's first byte, its head and body must arrive within this, or
     /// 408 and the connection closed. Apple's ~19 KB POST takes milliseconds; a slowloris client is cut off here.
-    public var requestTimeoutMilliseconds = 15_000
+    public var requestTimeout: Duration = .seconds(15)
     /// `INGEST_MAX_CONNECTIONS`: open connections at most; further ones wait in the listen backlog.
     public var maximumConnections = 1_024
-    /// `INGEST_READINESS_CACHE_MS`: how long a broker reachability probe answers `/health/ready` (a probe or a
+    /// `INGEST_READINESS_CACHE`: how long a broker reachability probe answers `/health/ready` (a probe or a
     /// flood of them then costs the brokers one metadata request per this period, not one per request).
-    public var readinessCacheMilliseconds = 2_000
-    /// `INGEST_SHUTDOWN_DRAIN_MS`: on SIGTERM, how long readiness fails while the server still serves (keep it,
+    public var readinessCache: Duration = .seconds(2)
+    /// `INGEST_SHUTDOWN_DRAIN`: on SIGTERM, how long readiness fails while the server still serves (keep it,
     /// plus the produce timeout, below the orchestrator's grace period).
-    public var shutdownDrainMilliseconds = 5_000
+    public var shutdownDrain: Duration = .seconds(5)
     /// `INGEST_INSTANCE_ID`: this instance's name in the `ingest-instance` header (default: host name).
     public var instanceId = ProcessInfo.processInfo.hostName
     /// Kafka connection settings (`KAFKA_*`).
@@ -44,67 +44,97 @@ public struct IngestConfiguration: Sendable {
         self.kafka = kafka
     }
 
-    /// The environment variables ingest reads (for documentation and the deployment consistency check).
-    public static let environmentKeys = [
-        "INGEST_HOST", "INGEST_PORT", "INGEST_PATH", "INGEST_ENVIRONMENT_PATHS", "INGEST_MAX_BODY_BYTES", "NOTIFICATIONS_TOPIC",
-        "INGEST_PRODUCE_TIMEOUT_MS", "INGEST_RETRY_AFTER_SECONDS", "INGEST_INSTANCE_ID", "INGEST_IDLE_TIMEOUT_MS",
-        "INGEST_REQUEST_TIMEOUT_MS", "INGEST_MAX_CONNECTIONS", "INGEST_READINESS_CACHE_MS", "INGEST_SHUTDOWN_DRAIN_MS", "LOG_LEVEL",
-    ] + KafkaEnvironment.keys
+    /// Each setting, described once: the parser below, `--help` and docs/ingest.md's table read these.
+    enum Settings {
+        static let host = Setting.string("INGEST_HOST", default: "0.0.0.0", "address to listen on")
+        static let port = Setting.int("INGEST_PORT", default: 8080, range: 0...65535, "port to listen on (0: any free port, for tests)")
+        static let path = Setting.string("INGEST_PATH", default: "/v2/notifications", "the notification path to give App Store Connect")
+        static let environmentPaths = SettingDescription(
+            variable: "INGEST_ENVIRONMENT_PATHS", summary: "`/path=Environment` pairs that also accept POSTs; the environment travels as the informational `environment-hint` header",
+            defaultText: "/v2/notifications/production=Production,/v2/notifications/sandbox=Sandbox")
+        static let maximumBodyBytes = Setting.int(
+            "INGEST_MAX_BODY_BYTES", default: 256 * 1024, range: 1_024...16 * 1_024 * 1_024, "larger bodies are refused with 400 (Apple's are about 19 KB)")
+        static let topic = Setting.string("NOTIFICATIONS_TOPIC", default: "appstore.notifications.v2", "the topic accepted notifications are produced to")
+        static let produceTimeout = Setting.duration(
+            "INGEST_PRODUCE_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "INGEST_PRODUCE_TIMEOUT_MS",
+            "the broker's acknowledgement must come within this, else 503")
+        static let retryAfterSeconds = Setting.int("INGEST_RETRY_AFTER_SECONDS", default: 60, range: 0...86_400, "the `Retry-After` of a 503, in seconds")
+        static let instanceId = SettingDescription(
+            variable: "INGEST_INSTANCE_ID", summary: "this instance's name in the `ingest-instance` header", defaultText: nil)
+        static let idleTimeout = Setting.duration(
+            "INGEST_IDLE_TIMEOUT", default: .seconds(60), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "INGEST_IDLE_TIMEOUT_MS",
+            "a connection silent this long between requests is closed")
+        static let requestTimeout = Setting.duration(
+            "INGEST_REQUEST_TIMEOUT", default: .seconds(15), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "INGEST_REQUEST_TIMEOUT_MS",
+            "a request's head and body must arrive within this of its first byte, else 408 (a slowloris client is cut off here)")
+        static let maximumConnections = Setting.int(
+            "INGEST_MAX_CONNECTIONS", default: 1_024, range: 1...1_000_000, "open connections at most; further ones wait in the listen backlog")
+        static let readinessCache = Setting.duration(
+            "INGEST_READINESS_CACHE", default: .seconds(2), range: .zero ... .seconds(60), deprecatedMilliseconds: "INGEST_READINESS_CACHE_MS",
+            "how long `/health/ready` reuses its broker probe")
+        static let shutdownDrain = Setting.duration(
+            "INGEST_SHUTDOWN_DRAIN", default: .seconds(5), range: .zero ... .seconds(120), deprecatedMilliseconds: "INGEST_SHUTDOWN_DRAIN_MS",
+            "after SIGTERM, readiness fails this long while requests are still served (keep it, plus the produce timeout, below the grace period)")
+        static let logLevel = SettingDescription(
+            variable: "LOG_LEVEL", summary: "trace, debug, info, notice, warning, error or critical", defaultText: "info")
+
+        static let catalog = SettingsCatalog(component: "ingest", settings: [
+            host.description, port.description, path.description, environmentPaths, maximumBodyBytes.description, topic.description,
+            produceTimeout.description, retryAfterSeconds.description, instanceId, idleTimeout.description, requestTimeout.description,
+            maximumConnections.description, readinessCache.description, shutdownDrain.description, logLevel,
+        ])
+    }
+
+    /// The settings ingest reads, for `--help`, the docs and the deployment consistency check.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
+    /// The environment variables ingest reads (the deprecated ones included).
+    public static let environmentKeys = Settings.catalog.environmentKeys + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
         var configuration = IngestConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-ingest"))
-        configuration.host = environment.string("INGEST_HOST", default: configuration.host)
-        configuration.port = try environment.int("INGEST_PORT", default: configuration.port, range: 0...65535)
-        configuration.notificationPath = environment.string("INGEST_PATH", default: configuration.notificationPath)
-        if let pairs = environment.optionalString("INGEST_ENVIRONMENT_PATHS") {
+        configuration.host = try Settings.host.read(environment)
+        configuration.port = try Settings.port.read(environment)
+        configuration.notificationPath = try Settings.path.read(environment)
+        if let pairs = environment.optionalString(Settings.environmentPaths.variable) {
             var paths: [String: String] = [:]
             for pair in pairs.split(separator: ",") {
                 let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
                 guard parts.count == 2, parts[0].hasPrefix("/"), !parts[1].isEmpty else {
-                    throw ConfigurationError(variable: "INGEST_ENVIRONMENT_PATHS", reason: "\"\(pair)\" is not /path=Environment")
+                    throw ConfigurationError(variable: Settings.environmentPaths.variable, reason: "\"\(pair)\" is not /path=Environment")
                 }
                 paths[parts[0]] = parts[1]
             }
             configuration.environmentPaths = paths
         }
-        configuration.maximumBodyBytes = try environment.int("INGEST_MAX_BODY_BYTES", default: configuration.maximumBodyBytes, range: 1_024...16 * 1_024 * 1_024)
-        configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
-        configuration.produceTimeoutMilliseconds = try environment.int("INGEST_PRODUCE_TIMEOUT_MS", default: configuration.produceTimeoutMilliseconds, range: 100...300_000)
-        configuration.retryAfterSeconds = try environment.int("INGEST_RETRY_AFTER_SECONDS", default: configuration.retryAfterSeconds, range: 0...86_400)
-        configuration.instanceId = environment.string("INGEST_INSTANCE_ID", default: configuration.instanceId)
-        configuration.idleTimeoutMilliseconds = try environment.int("INGEST_IDLE_TIMEOUT_MS", default: configuration.idleTimeoutMilliseconds, range: 100...3_600_000)
-        configuration.requestTimeoutMilliseconds = try environment.int("INGEST_REQUEST_TIMEOUT_MS", default: configuration.requestTimeoutMilliseconds, range: 100...600_000)
-        configuration.maximumConnections = try environment.int("INGEST_MAX_CONNECTIONS", default: configuration.maximumConnections, range: 1...1_000_000)
-        configuration.shutdownDrainMilliseconds = try environment.int("INGEST_SHUTDOWN_DRAIN_MS", default: configuration.shutdownDrainMilliseconds, range: 0...120_000)
-        configuration.readinessCacheMilliseconds = try environment.int("INGEST_READINESS_CACHE_MS", default: configuration.readinessCacheMilliseconds, range: 0...60_000)
+        configuration.maximumBodyBytes = try Settings.maximumBodyBytes.read(environment)
+        configuration.topic = try Settings.topic.read(environment)
+        configuration.produceTimeout = try Settings.produceTimeout.read(environment)
+        configuration.retryAfterSeconds = try Settings.retryAfterSeconds.read(environment)
+        configuration.instanceId = environment.string(Settings.instanceId.variable, default: configuration.instanceId)
+        configuration.idleTimeout = try Settings.idleTimeout.read(environment)
+        configuration.requestTimeout = try Settings.requestTimeout.read(environment)
+        configuration.maximumConnections = try Settings.maximumConnections.read(environment)
+        configuration.shutdownDrain = try Settings.shutdownDrain.read(environment)
+        configuration.readinessCache = try Settings.readinessCache.read(environment)
         return configuration
     }
 
     /// `ingest --help`.
-    public static let help = """
+    public static var help: String {
+        """
         ingest: Apple's App Store Server Notifications V2 in, the notifications topic out (200 only after the broker's
-        acknowledgement). Configured by the environment:
+        acknowledgement). Configured by the environment (durations as 500ms, 10s, 2m):
           KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
-          INGEST_HOST, INGEST_PORT          where it listens (0.0.0.0, 8080)
-          INGEST_PATH                       the notification path (/v2/notifications)
-          INGEST_ENVIRONMENT_PATHS          /path=Environment pairs that also accept POSTs (…/production, …/sandbox)
-          INGEST_MAX_BODY_BYTES             larger bodies are refused (262144)
-          NOTIFICATIONS_TOPIC               the topic (appstore.notifications.v2)
-          INGEST_PRODUCE_TIMEOUT_MS         the broker's acknowledgement must come within this, else 503 (10000)
-          INGEST_RETRY_AFTER_SECONDS        Retry-After of a 503 (60)
-          INGEST_INSTANCE_ID                this instance's name in the ingest-instance header (the host name)
-          INGEST_IDLE_TIMEOUT_MS, INGEST_REQUEST_TIMEOUT_MS   connection deadlines (60000, 15000)
-          INGEST_MAX_CONNECTIONS            open connections at most (1024)
-          INGEST_READINESS_CACHE_MS         how long /health/ready reuses its broker probe (2000)
-          INGEST_SHUTDOWN_DRAIN_MS          after SIGTERM, readiness fails this long while requests are still served (5000)
-          LOG_LEVEL                         trace, debug, info (default), notice, warning, error, critical
+        \(Settings.catalog.helpLines)
         docs/ingest.md.
         """
+    }
 
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
     public var producerConfiguration: KafkaProducerConfiguration {
         var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
-        producer.deliveryTimeoutMilliseconds = produceTimeoutMilliseconds
+        producer.deliveryTimeoutMilliseconds = Int(produceTimeout.components.seconds * 1_000 + produceTimeout.components.attoseconds / 1_000_000_000_000_000)
         producer.lingerMilliseconds = 2
         return producer
     }

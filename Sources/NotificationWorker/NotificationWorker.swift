@@ -165,173 +165,30 @@ public final class NotificationWorker: Service, Sendable {
         }
     }
 
-    /// One verified batch: dead letters, then the store transaction, then the offsets. Each step is retried until
-    /// it is durable (or the process stops) and is never repeated once it succeeded.
+    /// The batch writer's phases over this worker's store and dead-letter producer.
+    var writer: BatchWriter<EntitlementStore, KafkaProducer> {
+        BatchWriter(
+            store: store, deadLetters: deadLetters, storeTimeout: configuration.storeTimeout, consumerGroup: configuration.groupId,
+            deadLetterTopic: configuration.deadLetterTopic, metrics: metrics, logger: logger)
+    }
+
+    /// One verified batch: dead letters, then the store transaction, then the offsets (`BatchWriter`'s phases). Each
+    /// step is retried until it is durable (or the process stops) and is never repeated once it succeeded.
     func write(_ batch: [KafkaConsumerMessage], _ outcomes: [VerifiedRecord], trace: BatchTrace = .off, started: ContinuousClock.Instant) async {
-        var stored: [StoredNotification] = []
-        var storedIndices: [Int] = []
-        var deadLettered: [DeadLetteredRecord] = []
-        var pendingDeadLetters: [(record: DeadLetteredRecord, letter: KafkaProducerMessage)] = []
-        var spans = [BatchTrace.Description](repeating: .init(), count: trace.isOn ? batch.count : 0)
-        var transactionStart = DefaultTracerClock.now
-        func abandoned() { trace.finish(spans, transactionStart: transactionStart, rows: 0, error: "abandoned: the process stopped; the batch is redelivered") }
-        for (index, (message, verifiedRecord)) in zip(batch, outcomes).enumerated() {
-            let receivedAt = NotificationRecordHeader.receivedAt(of: message.headers)
-            let redriven = RedriveHeader.isRedriven(message.headers)
-            switch verifiedRecord.outcome {
-            case .success(let verified):
-                metrics.notificationType(verified)
-                for unknown in verified.unknownValues {
-                    metrics.unknownValue(field: unknown.field)
-                    logger.notice("kept a value this version does not know", metadata: ["field": "\(unknown.field)", "value": "\(UntrustedText.quoted(unknown.rawValue))"])
-                }
-                var notification = StoredNotification(
-                    verified: verified, signedPayloadBytes: message.value, kafkaTopic: message.topic, kafkaPartition: message.partition, kafkaOffset: message.offset,
-                    receivedAt: receivedAt, source: NotificationRecordHeader.source(of: message.headers), archived: verifiedRecord.archived)
-                notification.redriven = redriven
-                if trace.isOn {
-                    spans[index] = .init(uuid: verified.payload.notificationUUID, type: verified.payload.rawNotificationType, subtype: verified.payload.rawSubtype)
-                    notification.traceparent = trace.traceparent(of: index)
-                }
-                stored.append(notification)
-                storedIndices.append(index)
-            case .failure(let error):
-                var record = DeadLetteredRecord(
-                    position: RecordPosition(topic: message.topic, partition: message.partition, offset: message.offset), errorCode: error.code,
-                    reason: error.reason, payload: message.value, receivedAt: receivedAt)
-                record.redriven = redriven
-                if trace.isOn {
-                    // What the payload claims (unverified, escaped when shown), so the trace can be found by its uuid.
-                    spans[index] = .init(uuid: record.claims.notificationUUID, type: record.claims.notificationType, outcome: "dead-lettered")
-                    record.traceparent = trace.traceparent(of: index)
-                }
-                deadLettered.append(record)
-                pendingDeadLetters.append((record, deadLetter(message, error, context: trace.context(of: index))))
-            }
+        let writer = self.writer
+        var plan = writer.plan(batch, outcomes, trace: trace)
+        let untilDurable: BatchWriter<EntitlementStore, KafkaProducer>.UntilDurable = { what, step in await self.untilDurable(what, step) }
+        guard await writer.dropErasedDeadLetters(&plan, batch: batch, untilDurable: untilDurable),
+            await writer.publishDeadLetters(&plan, untilDurable: untilDurable),
+            await writer.storeNotifications(&plan, untilDurable: untilDurable)
+        else {
+            return trace.finish(plan.spans, transactionStart: plan.transactionStart, rows: 0, error: "abandoned: the process stopped; the batch is redelivered")
         }
-        // A dead letter that claims an erased subscription (a re-drive of an erased customer's record that fails
-        // again) is neither published nor recorded: it would bring the identifiers back (docs/privacy.md).
-        if store.erasureKey != nil, !deadLettered.isEmpty {
-            var erased: Set<RecordPosition> = []
-            guard await untilDurable("erasure check of dead letters", {
-                erased = try await withDeadline(configuration.storeTimeout, "checking dead letters against erasures") { [store, deadLettered] in
-                    try await store.erasedClaims(deadLettered)
-                }
-            }) else { return abandoned() }
-            if !erased.isEmpty {
-                deadLettered.removeAll { erased.contains($0.position) }
-                pendingDeadLetters.removeAll { erased.contains($0.record.position) }
-                metrics.erasureSuppressed(record: "deadLetter", erased.count)
-                for index in batch.indices where erased.contains(RecordPosition(topic: batch[index].topic, partition: batch[index].partition, offset: batch[index].offset)) {
-                    if trace.isOn { spans[index].outcome = "suppressed" }
-                }
-            }
-        }
-        // Dead letters: those of a redelivered batch whose transaction committed before are not published again
-        // (their positions are in `dead_lettered_records`). The rest are sent together, awaited together; one the
-        // broker acknowledged is never sent again, even if another fails. Their positions are recorded in the
-        // batch transaction below. (A crash between the acknowledgement and the commit re-sends once: `dlq list`
-        // and `redrive` dedupe by original position.)
-        var checkedRecorded = pendingDeadLetters.isEmpty
-        var published: [DeadLetteredRecord] = []
-        guard await untilDurable("dead letters", {
-            if !checkedRecorded {
-                let positions = pendingDeadLetters.map(\.record.position)
-                let recorded = try await withDeadline(configuration.storeTimeout, "reading dead-letter positions") { [store] in
-                    try await store.deadLetteredPositions(among: positions)
-                }
-                pendingDeadLetters.removeAll { recorded.contains($0.record.position) }
-                checkedRecorded = true
-            }
-            let producer = deadLetters
-            let letters = pendingDeadLetters
-            let delivered = await withTaskGroup(of: (Int, KafkaDeliveryReport)?.self) { group in
-                for (index, letter) in letters.enumerated() {
-                    group.addTask { (try? await producer.sendAndAwait(letter.letter)).map { (index, $0) } }
-                }
-                var delivered: [Int: KafkaDeliveryReport] = [:]
-                for await result in group { if let (index, report) = result { delivered[index] = report } }
-                return delivered
-            }
-            // Each published dead letter keeps where it landed and its headers, so the console re-drives it as
-            // `pipelinectl dlq redrive` would (the same record, the same re-drive log).
-            for (index, report) in delivered {
-                var record = letters[index].record
-                record.deadLetterPosition = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
-                record.deadLetterHeaders = letters[index].letter.headers.map { StoredHeader(key: $0.key, value: $0.value) }
-                published.append(record)
-                if let at = deadLettered.firstIndex(where: { $0.position == record.position }) { deadLettered[at] = record }
-            }
-            pendingDeadLetters = letters.enumerated().filter { delivered[$0.offset] == nil }.map(\.element)
-            if !pendingDeadLetters.isEmpty { throw DeadLetterNotAcknowledged(count: pendingDeadLetters.count) }
-        }) else { return abandoned() }
-        for record in published {
-            metrics.deadLettered(code: record.errorCode)
-            // The reason is logged, never the payload (and the reason is escaped and bounded by VerificationError).
-            var metadata: Logger.Metadata = ["code": "\(record.errorCode)", "partition": "\(record.position.partition)", "offset": "\(record.position.offset)"]
-            if let traceId = record.traceId { metadata["trace_id"] = "\(traceId)" }
-            logger.warning("dead-lettered a record", metadata: metadata)
-        }
-        metrics.records("dead_lettered", published.count)
-        metrics.records("dead_letter_already_sent", deadLettered.count - published.count)
-        // A permanent refusal (SQLSTATE 22/23: the data, not the database) is isolated by bisecting the batch;
-        // the refused records are dead-lettered as `storeRejected` and the rest stored. Anything else is retried.
-        var remaining = stored
-        var positionsToRecord = deadLettered
-        var rejectedPositions: Set<RecordPosition> = []
-        var batchOutcome = BatchOutcome()
-        var failures = 0
-        guard await untilDurable("notifications", {
-            transactionStart = DefaultTracerClock.now
-            do {
-                // Bounded: while the database is unreachable the pool queues the query instead of failing it; the
-                // deadline turns that into a transient failure (not ready, backoff, retry). A transaction that
-                // committed just as its deadline passed is harmless: the retry finds every notification in the ledger.
-                let result = try await withDeadline(configuration.storeTimeout, "storing the batch") { [store, remaining, positionsToRecord] in
-                    try await store.store(remaining, deadLettered: positionsToRecord)
-                }
-                batchOutcome = result
-                for (kind, count) in result.suppressed { metrics.erasureSuppressed(record: kind, count) }
-                metrics.records("applied", result.applied)
-                metrics.records("duplicate", result.duplicates)
-                metrics.records("stale", result.stale)
-                metrics.consecutiveBatchFailures.set(0.0)
-                logger.debug("batch stored", metadata: ["records": "\(batch.count)", "applied": "\(result.applied)", "duplicates": "\(result.duplicates)"])
-            } catch {
-                failures += 1
-                metrics.consecutiveBatchFailures.set(Double(failures))
-                guard case .permanent = StoreFailure(error) else { throw error }
-                let (accepted, rejected) = await isolateRejected(remaining)
-                for (record, failure) in rejected {
-                    guard case .permanent(let state, let message) = failure else { continue }
-                    let position = RecordPosition(topic: record.kafkaTopic ?? "", partition: record.kafkaPartition ?? -1, offset: record.kafkaOffset ?? -1)
-                    let letter = deadLetter(
-                        topic: position.topic, partition: position.partition, offset: position.offset, key: nil, value: record.signedPayloadBytes,
-                        headers: [], timestamp: nil, code: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state)): \(message)", cause: state)
-                    _ = try await deadLetters.sendAndAwait(letter)
-                    positionsToRecord.append(DeadLetteredRecord(
-                        position: position, errorCode: "storeRejected", reason: "PostgreSQL refused the record (SQLSTATE \(state))", payload: record.signedPayloadBytes,
-                        receivedAt: record.receivedAt))
-                    metrics.deadLettered(code: "storeRejected")
-                    rejectedPositions.insert(position)
-                    logger.error("dead-lettered a record PostgreSQL refuses", metadata: ["sqlstate": "\(state)", "partition": "\(position.partition)", "offset": "\(position.offset)"])
-                }
-                remaining = accepted
-                throw error  // retried at once with what is left: the accepted records and the refused ones' positions
-            }
-        }) else { return abandoned() }
         if trace.isOn {
-            for (record, index) in zip(stored, storedIndices) {
-                let position = record.position
-                spans[index].outcome =
-                    if let position, rejectedPositions.contains(position) { "dead-lettered" }
-                    else if batchOutcome.suppressedKeys.contains(record.deduplicationKey) { "suppressed" }
-                    else if let position, batchOutcome.duplicatePositions.contains(position) { "duplicate" }
-                    else if batchOutcome.unchangedKeys.contains(record.deduplicationKey) { "unchanged" }
-                    else { "applied" }
-            }
-            trace.finish(spans, transactionStart: transactionStart, rows: stored.count + deadLettered.count)
+            writer.describeOutcomes(&plan)
+            trace.finish(plan.spans, transactionStart: plan.transactionStart, rows: plan.stored.count + plan.deadLettered.count)
         }
+        let stored = plan.stored
 
         if store.consentRescindedErases, stored.contains(where: { $0.verified.payload.rawNotificationType == "RESCIND_CONSENT" }) {
             await runPendingErasures()
@@ -524,47 +381,6 @@ public final class NotificationWorker: Service, Sendable {
         } catch {
             return .failure(error)
         }
-    }
-
-    /// `context`: the record's span, when tracing is on: the dead letter carries it (`traceparent`), so a re-drive
-    /// continues the notification's trace.
-    func deadLetter(_ message: KafkaConsumerMessage, _ error: VerificationError, context: ServiceContext? = nil) -> KafkaProducerMessage {
-        deadLetter(
-            topic: message.topic, partition: message.partition, offset: message.offset, key: message.key, value: message.value,
-            headers: message.headers.injecting(context), timestamp: message.timestamp, code: error.code, reason: error.reason,
-            cause: { if case .nestedInvalid = error { return error.rootCause.code } else { return nil } }())
-    }
-
-    /// The dead letter of the record read at `topic`/`partition`/`offset`: its value (and key, headers)
-    /// unchanged, the reason in headers.
-    func deadLetter(
-        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8], headers original: [KafkaHeader], timestamp: Int64?,
-        code: String, reason: String, cause: String?
-    ) -> KafkaProducerMessage {
-        NotificationRecord.deadLetter(
-            of: RecordPosition(topic: topic, partition: partition, offset: offset), key: key, value: value, headers: original,
-            timestamp: timestamp, failure: (code, reason, cause), consumerGroup: configuration.groupId, to: configuration.deadLetterTopic,
-            now: NotificationRecord.now())
-    }
-
-    /// Splits `records` into those PostgreSQL accepts and those it refuses for good, by storing halves in
-    /// transactions that are rolled back (`store(_:probeOnly:)`): a batch whose every record is refused costs
-    /// log2(n) probes per refused record. Transient errors during the probe count as accepted (the retry sees them).
-    func isolateRejected(_ records: [StoredNotification]) async -> (accepted: [StoredNotification], rejected: [(StoredNotification, StoreFailure)]) {
-        guard !records.isEmpty else { return ([], []) }
-        let failure: StoreFailure
-        do {
-            try await withDeadline(configuration.storeTimeout, "probing part of a refused batch") { [store, records] in try await store.probe(records) }
-            return (records, [])
-        } catch {
-            failure = StoreFailure(error)
-        }
-        guard case .permanent = failure else { return (records, []) }
-        if records.count == 1 { return ([], [(records[0], failure)]) }
-        let middle = records.count / 2
-        let first = await isolateRejected(Array(records[..<middle]))
-        let second = await isolateRejected(Array(records[middle...]))
-        return (first.accepted + second.accepted, first.rejected + second.rejected)
     }
 
     /// Exponential backoff with full jitter, capped.

@@ -18,6 +18,10 @@ enum StoreFailure: Equatable {
     static let permanentClasses: Set<String> = ["22", "23"]
 
     init(_ error: any Error) {
+        if let refused = error as? DataRefused {
+            self = .permanent(sqlState: refused.sqlState, message: UntrustedText.escaped(refused.message, limit: 200))
+            return
+        }
         if let transaction = error as? PostgresTransactionError {
             // The transaction wrapper: what matters is the statement's (or BEGIN's) own error.
             self.init(transaction.closureError ?? transaction.beginError ?? transaction.commitError ?? transaction.rollbackError ?? StoreFailureUnknown())

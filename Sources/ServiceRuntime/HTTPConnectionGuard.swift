@@ -34,13 +34,13 @@ public struct HTTPConnectionLimits: Sendable {
     var bodyTooLarge: (status: Int, code: String)?
 
     public init(
-        idleTimeoutMilliseconds: Int, requestTimeoutMilliseconds: Int, maximumBodyBytes: Int,
+        idleTimeout: Duration, requestTimeout: Duration, maximumBodyBytes: Int,
         refusalBody: @escaping @Sendable (_ code: String, _ reason: String) -> String = { RefusalBody.json(code: $0, reason: $1) },
         bodyTooLarge: (status: Int, code: String)? = nil
     ) {
         self.bodyTooLarge = bodyTooLarge
-        self.idleTimeout = .milliseconds(Int64(idleTimeoutMilliseconds))
-        self.requestTimeout = .milliseconds(Int64(requestTimeoutMilliseconds))
+        self.idleTimeout = TimeAmount(idleTimeout)
+        self.requestTimeout = TimeAmount(requestTimeout)
         self.maximumBodyBytes = maximumBodyBytes
         self.refusalBody = refusalBody
     }

@@ -6,7 +6,7 @@ import Testing
 @Suite("Generated vectors")
 struct GeneratedVectorTests {
     static let vectors: [VectorFile] = {
-        guard Fixtures.vectorsAvailable else { return [] }
+        guard Fixtures.vectorsPresent else { return [] }
         return VectorFile.all(in: Fixtures.vectorsDirectory.appendingPathComponent("generated/vectors"))
     }()
 
@@ -14,7 +14,7 @@ struct GeneratedVectorTests {
 
     @Test("the vector set is complete")
     func vectorSetIsComplete() throws {
-        guard Fixtures.vectorsAvailable else { return }
+        try Fixtures.requireVectors()
         let manifest = try Fixtures.json(Fixtures.vectorsDirectory.appendingPathComponent("generated/manifest.json"))
         let total = manifest["counts"]?.objectValue?["total"]?.int64Value
         #expect(total == Int64(Self.vectors.count))

@@ -1,4 +1,6 @@
 import Foundation
+import NotificationIngest
+import PipelineConfiguration
 import PipelineTestSupport
 import Testing
 
@@ -50,5 +52,39 @@ struct ArchitectureTests {
         #expect(drifted.status == 1 && drifted.output.contains("PipelineConfiguration"), "\(drifted.output)")
         let unused = try run("check-imports.py", root: copy)
         #expect(unused.status == 1 && unused.output.contains("DurationText.swift: import KafkaClient is not used"), "\(unused.output)")
+    }
+}
+
+/// Settings described once: the docs' tables are the catalogs' (`pipelinectl settings <service> --markdown`).
+@Suite("Settings: the docs' tables are the code's descriptions")
+struct SettingsDocumentationTests {
+    @Test("docs/ingest.md's settings table is IngestConfiguration's catalog; every variable it names is one ingest reads")
+    func ingestTable() throws {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/ingest.md"), encoding: .utf8)
+        let begin = try #require(text.range(of: "<!-- settings: generated from IngestConfiguration.Settings"))
+        let afterMarker = try #require(text[begin.upperBound...].range(of: "-->\n"))
+        let end = try #require(text.range(of: "<!-- end of settings -->"))
+        let table = String(text[afterMarker.upperBound..<end.lowerBound]).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(table == IngestConfiguration.catalog.markdownTable, "regenerate with: swift run pipelinectl settings ingest --markdown")
+        for setting in IngestConfiguration.catalog.settings {
+            #expect(IngestConfiguration.environmentKeys.contains(setting.variable))
+            if let old = setting.deprecated { #expect(IngestConfiguration.environmentKeys.contains(old), "\(old) is still read") }
+        }
+    }
+
+    @Test("a deprecated …_MS variable is still read; the new name wins; a bad duration names its variable")
+    func deprecatedNames() throws {
+        let base = ["KAFKA_BOOTSTRAP_SERVERS": "localhost:9092"]
+        #expect(try IngestConfiguration.fromEnvironment(EnvironmentReader(base)).produceTimeout == .seconds(10))
+        #expect(try IngestConfiguration.fromEnvironment(EnvironmentReader(base.merging(["INGEST_PRODUCE_TIMEOUT_MS": "2500"]) { $1 })).produceTimeout == .milliseconds(2_500))
+        let both = base.merging(["INGEST_PRODUCE_TIMEOUT_MS": "2500", "INGEST_PRODUCE_TIMEOUT": "750ms"]) { $1 }
+        #expect(try IngestConfiguration.fromEnvironment(EnvironmentReader(both)).produceTimeout == .milliseconds(750))
+        #expect(throws: ConfigurationError.self) { try IngestConfiguration.fromEnvironment(EnvironmentReader(base.merging(["INGEST_PRODUCE_TIMEOUT": "10 s"]) { $1 })) }
+        do {
+            _ = try IngestConfiguration.fromEnvironment(EnvironmentReader(base.merging(["INGEST_IDLE_TIMEOUT": "2h"]) { $1 }))
+            Issue.record("2h is above the idle timeout's range")
+        } catch {
+            #expect(error.variable == "INGEST_IDLE_TIMEOUT" && error.reason.contains("outside"), "\(error)")
+        }
     }
 }

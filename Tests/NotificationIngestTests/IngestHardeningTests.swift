@@ -17,11 +17,11 @@ struct IngestHardeningTests {
     /// Short deadlines, so each experiment takes about a second.
     /// Short deadlines, so the slow-client tests finish quickly; a test of something else passes a longer request
     /// deadline, so that a loaded machine's slowness is never mistaken for the client's.
-    static func start(requestTimeoutMilliseconds: Int = 1_000) async throws -> RunningIngest {
+    static func start(requestTimeout: Duration = .seconds(1)) async throws -> RunningIngest {
         let bootstrap = try RequiredServices.bootstrap
         return try await RunningIngest.start(bootstrap: bootstrap) {
-            $0.requestTimeoutMilliseconds = requestTimeoutMilliseconds
-            $0.idleTimeoutMilliseconds = 1_500
+            $0.requestTimeout = requestTimeout
+            $0.idleTimeout = .milliseconds(1_500)
         }
     }
 
@@ -95,7 +95,7 @@ struct IngestHardeningTests {
     func oversizeChunked() async throws {
         // The body limit is what this checks, not the deadline: under load (two CI runs on two cores) sending the
         // chunks once took longer than the 1 s deadline, and the answer was a correct 408 instead.
-        let ingest = try await Self.start(requestTimeoutMilliseconds: 30_000)
+        let ingest = try await Self.start(requestTimeout: .seconds(30))
         let connection = try RawConnection(port: ingest.port)
         #expect(connection.send(Array("POST /v2/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".utf8)))
         let chunk = Array("10000\r\n".utf8) + [UInt8](repeating: 0x61, count: 0x10000) + Array("\r\n".utf8)

@@ -113,7 +113,7 @@ struct IngestTests {
         _ = try bootstrap()
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try await broker.start()
-        let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeoutMilliseconds = 2_000 }
+        let ingest = try await RunningIngest.start(bootstrap: broker.bootstrapServers) { $0.produceTimeout = .seconds(2) }
         let connection = HTTPTestConnection(port: ingest.port)
         var acknowledged: Set<String> = []
         func post(_ index: Int) async throws -> Int {
@@ -262,7 +262,7 @@ struct IngestConfigurationTests {
     func environment() throws {
         let configuration = try IngestConfiguration.fromEnvironment(EnvironmentReader(["KAFKA_BOOTSTRAP_SERVERS": "a:9092,b:9092", "INGEST_PORT": "9000", "KAFKA_CONFIG_SASL_USERNAME": "ingest"]))
         #expect(configuration.kafka.bootstrapServers == ["a:9092", "b:9092"])
-        #expect(configuration.port == 9000 && configuration.maximumBodyBytes == 262_144 && configuration.produceTimeoutMilliseconds == 10_000)
+        #expect(configuration.port == 9000 && configuration.maximumBodyBytes == 262_144 && configuration.produceTimeout == .seconds(10))
         #expect(configuration.producerConfiguration.client.additionalConfig["sasl.username"] == "ingest")
         #expect(configuration.producerConfiguration.acks == "all" && configuration.producerConfiguration.enableIdempotence)
         // The settings the guarantees rest on cannot be overridden through KAFKA_CONFIG_*.

@@ -1,0 +1,26 @@
+import ArgumentParser
+import NotificationIngest
+import PipelineConfiguration
+
+/// `pipelinectl settings ingest [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
+/// The table in docs/<service>.md is this output; a test holds the two equal.
+struct SettingsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "settings", abstract: "Print a service's settings (variable, default, meaning), or the docs' Markdown table.")
+
+    /// The services whose settings are described declaratively (one description per setting).
+    static let catalogs: [String: SettingsCatalog] = ["ingest": IngestConfiguration.catalog]
+
+    @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")
+    var service: String
+
+    @Flag(help: "The Markdown table of docs/<service>.md.")
+    var markdown = false
+
+    func run() throws {
+        guard let catalog = Self.catalogs[service] else {
+            throw ValidationError("no settings catalog for \(service) (known: \(Self.catalogs.keys.sorted().joined(separator: ", ")))")
+        }
+        print(markdown ? catalog.markdownTable : catalog.helpLines)
+    }
+}
