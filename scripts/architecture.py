@@ -5,6 +5,8 @@ docs/architecture.md is generated; the rest is written by hand.
 
 Usage: scripts/architecture.py           rewrite the generated part
        scripts/architecture.py --check   exit 1, saying what differs, when the document has drifted from the code
+                                         or a module holds more than 20 % of the hand-written lines
+       scripts/architecture.py --shares  each module's hand-written (non-blank) lines and share
 """
 import os
 import re
@@ -61,8 +63,6 @@ def render(graph):
     unplaced = sorted(set(graph) - placed)
     layers = LAYERS + ([("not yet placed", unplaced)] if unplaced else [])
     layer_of = {m: i for i, (_, ms) in enumerate(layers) for m in ms}
-    hand_written = {m: lines_of_code(m) for m in graph}
-    product_total = sum(v for m, v in hand_written.items() if layer_of.get(m, 0) != len(LAYERS) - 1)
     out = [BEGIN, "", "```mermaid", "flowchart BT"]
     for index, (title, members) in enumerate(layers):
         present = [m for m in members if m in graph]
@@ -74,18 +74,31 @@ def render(graph):
     for name in sorted(graph):
         for dependency in graph[name]:
             out.append(f"    {name.replace('-', '_')} --> {dependency.replace('-', '_')}")
-    out += ["```", "", "| layer | module | imports (this package's modules) | hand-written lines | share of the product's |", "|---|---|---|---|---|"]
+    out += ["```", "", "| layer | module | imports (this package's modules) |", "|---|---|---|"]
     for title, members in layers:
         for m in members:
             if m in graph:
-                share = "" if layer_of[m] == len(LAYERS) - 1 else f"{100 * hand_written[m] / product_total:.1f} %"
-                out.append(f"| {title} | `{m}` | {', '.join(f'`{d}`' for d in graph[m]) or '—'} | {hand_written[m]} | {share} |")
+                out.append(f"| {title} | `{m}` | {', '.join(f'`{d}`' for d in graph[m]) or '—'} |")
     upward = [(m, d) for m in graph for d in graph[m] if layer_of.get(d, 0) > layer_of.get(m, 0)]
     out += ["", f"Imports that point up a layer: {len(upward)}." + ("" if not upward else " " + ", ".join(f"{m} → {d}" for m, d in sorted(upward))), "", END]
     return "\n".join(out)
 
 
+# No module holds more than this share of the hand-written lines of Sources/ (generated code aside, test material in).
+LARGEST_SHARE = 0.20
+
+
+def shares(graph):
+    lines = {m: lines_of_code(m) for m in graph}
+    total = sum(lines.values())
+    return sorted(((m, n, n / total) for m, n in lines.items()), key=lambda row: -row[1])
+
+
 def main():
+    if "--shares" in sys.argv:
+        for module, lines, share in shares(modules()):
+            print(f"{module:28} {lines:6} {100 * share:5.1f} %")
+        return 0
     text = open(DOCUMENT, encoding="utf-8").read()
     if BEGIN not in text or END not in text:
         print(f"{DOCUMENT}: the generated markers are missing", file=sys.stderr)
@@ -94,6 +107,10 @@ def main():
     _, after = rest.split(END, 1)
     wanted = before + render(modules()) + after
     if "--check" in sys.argv:
+        over = [(m, share) for m, _, share in shares(modules()) if share > LARGEST_SHARE]
+        if over:
+            print("modules over %d %% of the hand-written lines: " % (100 * LARGEST_SHARE) + ", ".join(f"{m} ({100 * s:.1f} %)" for m, s in over), file=sys.stderr)
+            return 1
         if wanted != text:
             print("docs/architecture.md has drifted from the code: run scripts/architecture.py and commit the result", file=sys.stderr)
             import difflib

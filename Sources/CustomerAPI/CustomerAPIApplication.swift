@@ -35,7 +35,7 @@ public func buildCustomerAPIServices(
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
     let store = CustomerStore(client: postgres, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
-    producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, configuration.applyTimeoutMilliseconds)
+    producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.components.seconds * 1_000 + configuration.applyTimeout.components.attoseconds / 1_000_000_000_000_000))
     producerConfiguration.lingerMilliseconds = 1
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
     // A request of a backend waits at most 2 s for Apple's turn, then gets 503 with Retry-After.
@@ -43,7 +43,7 @@ public func buildCustomerAPIServices(
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
         configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),
-        appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: .milliseconds(configuration.orderCacheMilliseconds)), logger: logger)
+        appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: configuration.orderCache), logger: logger)
 
     let router = Router(context: CustomerAPIRequestContext.self)
     // Each request is a server span named by its route (a trace of its own; a caller's `traceparent` is a link); a
@@ -55,12 +55,12 @@ public func buildCustomerAPIServices(
         LocationHeaderMiddleware(),
         BodyLimitMiddleware(maximumBytes: configuration.maximumBodyBytes),
         AuthenticationMiddleware(
-            keys: APIKeyCache(store: store, ttl: .milliseconds(configuration.keyCacheMilliseconds)), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId)),
+            keys: APIKeyCache(store: store, ttl: configuration.keyCache), configuredBundleIds: Set(shared.apps.compactMap(\.bundleId)),
             rateLimiter: KeyRateLimiter(rate: configuration.rateLimitPerSecond, burst: configuration.rateBurst),
             addressLimiter: KeyRateLimiter(rate: configuration.authAttemptsPerSecond, burst: configuration.authAttemptsBurst)),
     ])
     let limits = HTTPConnectionLimits(
-        idleTimeout: .milliseconds(configuration.idleTimeoutMilliseconds), requestTimeout: .milliseconds(configuration.requestTimeoutMilliseconds),
+        idleTimeout: configuration.idleTimeout, requestTimeout: configuration.requestTimeout,
         maximumBodyBytes: configuration.maximumBodyBytes, refusalBody: { code, reason in CustomerAPIError.body(code: CustomerAPIError.snakeCase(code), message: reason) },
         bodyTooLarge: (413, "body_too_large"))
     let api = Application(
@@ -86,11 +86,11 @@ public func buildCustomerAPIServices(
         logger: logger)
     let clients = AppStoreClients(clients: Array(appStore.values))
     let retrier = AppleTokenRetrier(
-        handler: handler, enabled: !appStore.isEmpty, interval: .milliseconds(configuration.appleTokenRetryMilliseconds), logger: logger)
+        handler: handler, enabled: !appStore.isEmpty, interval: configuration.appleTokenRetry, logger: logger)
     return CustomerAPIServices(services: [postgres, clients, producer, retrier, api, ops])
 }
 
-/// Set App Account Token for new owners whose first call failed (or never ran), every `CUSTOMER_API_APPLE_TOKEN_RETRY_MS`, in the
+/// Set App Account Token for new owners whose first call failed (or never ran), every `CUSTOMER_API_APPLE_TOKEN_RETRY`, in the
 /// background: reads never write to Apple, and a failure at Apple delays only this loop.
 struct AppleTokenRetrier: Service {
     let handler: CustomerAPIHandler

@@ -69,7 +69,7 @@ struct CustomerAPIHandler: APIProtocol {
                 logger.warning("could not produce a purchase: \(error)")
                 throw CustomerAPIError(503, "not_stored", "the purchase could not be handed to the workers; retry (the same purchase is idempotent)", headers: ["Retry-After": "1"])
             }
-            record = try await waitUntilApplied(key: document.purchaseKey, deadline: started + .milliseconds(configuration.applyTimeoutMilliseconds)) ?? record
+            record = try await waitUntilApplied(key: document.purchaseKey, deadline: started + configuration.applyTimeout) ?? record
             if record.status != .pending { metrics.applyLatency.record(ContinuousClock.now - started) }
         }
         switch try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue, mayWriteToApple: true) {

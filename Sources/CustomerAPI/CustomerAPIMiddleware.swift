@@ -129,7 +129,7 @@ struct BodyLimitMiddleware: ServerMiddleware {
     }
 }
 
-/// `Authorization: Bearer ak_…`: the key's row (cached for at most `CUSTOMER_API_KEY_CACHE_MS`, so a revoked key
+/// `Authorization: Bearer ak_…`: the key's row (cached for at most `CUSTOMER_API_KEY_CACHE`, so a revoked key
 /// is refused within a second), its hash compared in constant time (an unknown id against a fixed value, so an
 /// answer does not tell whether a key exists), then the key's rate (`CUSTOMER_API_RATE_LIMIT`), the route's
 /// bundle id and scope. A bundle id the key does not see gets one answer whether the app exists or not (no

@@ -3,7 +3,7 @@ import PipelineConfiguration
 extension EventsConfiguration {
     /// The variables the events settings are read from (worker and pipelinectl).
     public static let environmentKeys = [
-        "EVENTS_ENABLED", "EVENTS_TOPIC", "EVENTS_TOPIC_PARTITIONS", "EVENTS_OUTBOX_RETENTION", "EVENTS_RELAY_BATCH_SIZE", "EVENTS_RELAY_INTERVAL_MS",
+        "EVENTS_ENABLED", "EVENTS_TOPIC", "EVENTS_TOPIC_PARTITIONS", "EVENTS_OUTBOX_RETENTION", "EVENTS_RELAY_BATCH_SIZE", "EVENTS_RELAY_INTERVAL", "EVENTS_RELAY_INTERVAL_MS",
     ]
 
     public static func fromEnvironment(_ environment: EnvironmentReader) throws(ConfigurationError) -> EventsConfiguration {
@@ -18,7 +18,7 @@ extension EventsConfiguration {
             configuration.outboxRetention = .milliseconds(milliseconds)
         }
         configuration.relayBatchSize = try environment.int("EVENTS_RELAY_BATCH_SIZE", default: configuration.relayBatchSize, range: 1...10_000)
-        configuration.relayInterval = .milliseconds(try environment.int("EVENTS_RELAY_INTERVAL_MS", default: 200, range: 10...60_000))
+        configuration.relayInterval = try environment.duration("EVENTS_RELAY_INTERVAL", default: .milliseconds(200), range: .milliseconds(10) ... .seconds(60), deprecatedMilliseconds: "EVENTS_RELAY_INTERVAL_MS")
         return configuration
     }
 }

@@ -11,7 +11,7 @@ public struct EventsConfiguration: Sendable, Hashable {
     public var outboxRetention: Duration = .seconds(7 * 86_400)
     /// `EVENTS_RELAY_BATCH_SIZE`: outbox rows per relay round (one transaction, one produce of them all).
     public var relayBatchSize = 500
-    /// `EVENTS_RELAY_INTERVAL_MS`: how long the relay sleeps when the outbox is empty (or another relay is elected).
+    /// `EVENTS_RELAY_INTERVAL`: how long the relay sleeps when the outbox is empty (or another relay is elected).
     public var relayInterval: Duration = .milliseconds(200)
 
     public init() {}

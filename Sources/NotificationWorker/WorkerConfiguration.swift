@@ -21,9 +21,9 @@ public struct WorkerConfiguration: Sendable {
     /// 104-118 MB steady, 117-132 MB peak in worker-bench with the image's malloc settings (one worker 2 700-3 160
     /// notifications/s, 2026-11-26); with 500, 172-192 MB before those settings (docs/benchmarks.md).
     public var batchSize = 250
-    /// `WORKER_MAX_BACKOFF_MS`: longest pause between retries of a batch that failed transiently.
+    /// `WORKER_MAX_BACKOFF`: longest pause between retries of a batch that failed transiently.
     public var maximumBackoff: Duration = .seconds(30)
-    /// `WORKER_STORE_TIMEOUT_MS`: longest a batch's transaction may take before it counts as a transient failure
+    /// `WORKER_STORE_TIMEOUT`: longest a batch's transaction may take before it counts as a transient failure
     /// (the database unreachable: the pool waits for a connection rather than failing). Migrations get 4×.
     public var storeTimeout: Duration = .seconds(30)
     /// `WORKER_MIGRATE`: apply pending schema migrations at start (under the advisory lock). Turn off when a
@@ -34,10 +34,10 @@ public struct WorkerConfiguration: Sendable {
     public var opsPort = 8081
     /// Entitlement events (`EVENTS_*`): the outbox each batch writes, and the relay to the events topic.
     public var events = EventsConfiguration()
-    /// `HEAL_INTERVAL_MS`: how often a worker looks for contradicted rows to pull (default 10 s); it heals only
+    /// `HEAL_INTERVAL`: how often a worker looks for contradicted rows to pull (default 10 s); it heals only
     /// when Apple's key is configured (`APPSTORE_*`).
     public var healInterval: Duration = .seconds(10)
-    /// `HEAL_RETRY_AFTER_MS`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
+    /// `HEAL_RETRY_AFTER`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
     public var healRetryAfter: Duration = .seconds(300)
     /// How long each database store keeps rows (`ARCHIVE_RETENTION_DAYS`, …: `RetentionPolicy`).
     public var retention = RetentionPolicy()
@@ -57,8 +57,8 @@ public struct WorkerConfiguration: Sendable {
 
     /// The environment variables the worker reads (for documentation and the deployment consistency check).
     public static let environmentKeys = [
-        "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE", "WORKER_OPS_HOST", "WORKER_OPS_PORT",
-        "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER_MS", "RETENTION_INTERVAL",
+        "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE", "WORKER_OPS_HOST", "WORKER_OPS_PORT",
+        "HEAL_INTERVAL", "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER", "HEAL_RETRY_AFTER_MS", "RETENTION_INTERVAL",
     ] + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys + RetentionPolicy.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
@@ -66,14 +66,14 @@ public struct WorkerConfiguration: Sendable {
         configuration.settings = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-worker")
         configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
         configuration.batchSize = try environment.int("WORKER_BATCH_SIZE", default: configuration.batchSize, range: 1...10_000)
-        configuration.maximumBackoff = .milliseconds(try environment.int("WORKER_MAX_BACKOFF_MS", default: 30_000, range: 100...600_000))
-        configuration.storeTimeout = .milliseconds(try environment.int("WORKER_STORE_TIMEOUT_MS", default: 30_000, range: 500...600_000))
+        configuration.maximumBackoff = try environment.duration("WORKER_MAX_BACKOFF", default: .seconds(30), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "WORKER_MAX_BACKOFF_MS")
+        configuration.storeTimeout = try environment.duration("WORKER_STORE_TIMEOUT", default: .seconds(30), range: .milliseconds(500) ... .seconds(600), deprecatedMilliseconds: "WORKER_STORE_TIMEOUT_MS")
         configuration.migrateAtStart = try environment.bool("WORKER_MIGRATE", default: configuration.migrateAtStart)
         configuration.opsHost = environment.string("WORKER_OPS_HOST", default: configuration.opsHost)
         configuration.opsPort = try environment.int("WORKER_OPS_PORT", default: configuration.opsPort, range: 0...65535)
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
-        configuration.healInterval = .milliseconds(try environment.int("HEAL_INTERVAL_MS", default: 10_000, range: 100...3_600_000))
-        configuration.healRetryAfter = .milliseconds(try environment.int("HEAL_RETRY_AFTER_MS", default: 300_000, range: 100...86_400_000))
+        configuration.healInterval = try environment.duration("HEAL_INTERVAL", default: .seconds(10), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "HEAL_INTERVAL_MS")
+        configuration.healRetryAfter = try environment.duration("HEAL_RETRY_AFTER", default: .seconds(300), range: .milliseconds(100) ... .seconds(86_400), deprecatedMilliseconds: "HEAL_RETRY_AFTER_MS")
         configuration.retention = try RetentionPolicy.fromEnvironment(environment)
         if environment.optionalString("RETENTION_INTERVAL")?.lowercased() == "off" {
             configuration.retentionInterval = nil
@@ -125,8 +125,8 @@ extension WorkerConfiguration {
           NOTIFICATIONS_TOPIC, DEAD_LETTER_TOPIC   appstore.notifications.v2, and the same + .dead-letter
           WORKER_GROUP_ID                  the consumer group every worker of a deployment joins (appstore-worker)
           WORKER_BATCH_SIZE                records per batch, one PostgreSQL transaction each (250)
-          WORKER_MAX_BACKOFF_MS            longest pause between retries of a batch that failed transiently (30000)
-          WORKER_STORE_TIMEOUT_MS          longest a batch's transaction may take before it is retried (30000)
+          WORKER_MAX_BACKOFF               longest pause between retries of a batch that failed transiently (30s)
+          WORKER_STORE_TIMEOUT             longest a batch's transaction may take before it is retried (30s)
           WORKER_MIGRATE                   apply pending migrations at start (true)
           WORKER_OPS_HOST, WORKER_OPS_PORT /health/live, /health/ready, /metrics (0.0.0.0, 8081)
           APPS                             accepted apps: bundleId[:appAppleId][@Production+Sandbox],... (required)
@@ -134,11 +134,12 @@ extension WorkerConfiguration {
           POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (4)
           ERASURE_KEY_FILE, ERASURE_KEY    the erasure suppression list's secret (docs/privacy.md)
           CONSENT_RESCINDED_ERASES         a RESCIND_CONSENT erases what its app transaction links to (false)
-          VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT_MS   OCSP checks of every chain (off, 1h, 5000)
-          EVENTS_ENABLED, EVENTS_TOPIC, EVENTS_TOPIC_PARTITIONS, EVENTS_OUTBOX_RETENTION, EVENTS_RELAY_BATCH_SIZE, EVENTS_RELAY_INTERVAL_MS
+          VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT   OCSP checks of every chain (off, 1h, 5s)
+          EVENTS_ENABLED, EVENTS_TOPIC, EVENTS_TOPIC_PARTITIONS, EVENTS_OUTBOX_RETENTION, EVENTS_RELAY_BATCH_SIZE, EVENTS_RELAY_INTERVAL
                                            entitlement events and their relay (docs/events.md)
-          HEAL_INTERVAL_MS, HEAL_RETRY_AFTER_MS   contradiction healing, with APPSTORE_* set (10000, 300000)
+          HEAL_INTERVAL, HEAL_RETRY_AFTER  contradiction healing, with APPSTORE_* set (10s, 5m)
           APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
+          (durations as 500ms, 10s, 5m; the older …_MS names, in milliseconds, are still read)
           RETENTION_INTERVAL               how often one worker prunes and runs queued erasures (1h; off)
           ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
           CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,

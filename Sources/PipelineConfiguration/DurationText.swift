@@ -7,16 +7,17 @@ public enum DurationText {
 
     /// The duration in milliseconds; nil unless it is a positive whole number and a known unit, at most 100 000
     /// of the unit (or 100 000 000 milliseconds).
-    public static func milliseconds(_ text: String) -> Int64? {
+    public static func milliseconds(_ text: String, allowingZero: Bool = false) -> Int64? {
         guard let unit = unitMilliseconds.first(where: { text.hasSuffix($0.suffix) }),
-            let value = Int64(text.dropLast(unit.suffix.count)), value > 0, value < (unit.milliseconds == 1 ? 100_000_000 : 100_000)
+            let value = Int64(text.dropLast(unit.suffix.count)), value > 0 || (allowingZero && value == 0),
+            value < (unit.milliseconds == 1 ? 100_000_000 : 100_000)
         else { return nil }
         return value * unit.milliseconds
     }
 
-    /// The duration `text` names (`milliseconds(_:)`).
-    public static func duration(_ text: String) -> Duration? {
-        milliseconds(text).map { .milliseconds($0) }
+    /// The duration `text` names (`milliseconds(_:)`); `0s` only when `allowingZero`.
+    public static func duration(_ text: String, allowingZero: Bool = false) -> Duration? {
+        milliseconds(text, allowingZero: allowingZero).map { .milliseconds($0) }
     }
 
     /// `duration` as a person writes it: the largest unit that divides it (`90s`, `1500ms`, `0s`).

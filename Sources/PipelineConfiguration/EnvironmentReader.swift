@@ -57,7 +57,7 @@ public struct EnvironmentReader: Sendable {
     ) throws(ConfigurationError) -> Duration {
         let value: Duration
         if let text = optionalString(key) {
-            guard let parsed = DurationText.duration(text) else {
+            guard let parsed = DurationText.duration(text, allowingZero: range?.contains(.zero) ?? false) else {
                 throw ConfigurationError(variable: key, reason: "\(Self.quoted(text)) is not a duration (e.g. 500ms, 90s, 30m, 24h, 7d)")
             }
             value = parsed

@@ -82,9 +82,9 @@ public final class WorkerProcessFixture: @unchecked Sendable {
         workerCount += 1
         let process = try await ChildProcess.startWorker(binary: binary, environment: [
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "DEAD_LETTER_TOPIC": topic + ".dead-letter", "WORKER_GROUP_ID": group,
-            "EVENTS_TOPIC": eventsTopic(topic), "EVENTS_RELAY_INTERVAL_MS": "50",
+            "EVENTS_TOPIC": eventsTopic(topic), "EVENTS_RELAY_INTERVAL": "50ms",
             "POSTGRES_URL": postgresURL, "APPS": apps, "TRUSTED_ROOTS": trustedRoots ?? rootFile, "WORKER_OPS_HOST": "127.0.0.1", "WORKER_OPS_PORT": String(port),
-            "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF_MS": "2000", "WORKER_STORE_TIMEOUT_MS": "3000", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
+            "WORKER_BATCH_SIZE": String(batchSize), "WORKER_MAX_BACKOFF": "2s", "WORKER_STORE_TIMEOUT": "3s", "KAFKA_CLIENT_ID": "\(group)-\(workerCount)",
             // Fast group joins and failure detection on the test broker.
             "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "3000", "KAFKA_CONFIG_HEARTBEAT_INTERVAL_MS": "300", "KAFKA_CONFIG_AUTO_COMMIT_INTERVAL_MS": "200",
         ].merging(extra) { _, new in new }, logFile: directory + "/worker-\(workerCount).log")

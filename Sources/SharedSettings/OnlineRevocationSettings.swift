@@ -10,18 +10,18 @@ public struct OnlineRevocationSettings: Sendable, Hashable {
     public var enabled = false
     /// `VERIFY_ONLINE_CACHE` (default 1h): how long a chain that passed is not asked about again.
     public var cacheLifetime: Duration = .seconds(3600)
-    /// `VERIFY_ONLINE_TIMEOUT_MS` (default 5000): one OCSP request's deadline.
-    public var timeoutMilliseconds = 5_000
+    /// `VERIFY_ONLINE_TIMEOUT` (default 5s; `VERIFY_ONLINE_TIMEOUT` still read): one OCSP request's deadline.
+    public var timeout: Duration = .seconds(5)
 
     public init() {}
 
-    public static let environmentKeys = ["VERIFY_ONLINE_CHECKS", "VERIFY_ONLINE_CACHE", "VERIFY_ONLINE_TIMEOUT_MS"]
+    public static let environmentKeys = ["VERIFY_ONLINE_CHECKS", "VERIFY_ONLINE_CACHE", "VERIFY_ONLINE_TIMEOUT", "VERIFY_ONLINE_TIMEOUT_MS"]
 
     public static func fromEnvironment(_ environment: EnvironmentReader) throws(ConfigurationError) -> OnlineRevocationSettings {
         var settings = OnlineRevocationSettings()
         settings.enabled = try environment.bool("VERIFY_ONLINE_CHECKS", default: false)
         settings.cacheLifetime = try environment.duration("VERIFY_ONLINE_CACHE", default: settings.cacheLifetime)
-        settings.timeoutMilliseconds = try environment.int("VERIFY_ONLINE_TIMEOUT_MS", default: settings.timeoutMilliseconds, range: 100...60_000)
+        settings.timeout = try environment.duration("VERIFY_ONLINE_TIMEOUT", default: settings.timeout, range: .milliseconds(100) ... .seconds(60), deprecatedMilliseconds: "VERIFY_ONLINE_TIMEOUT_MS")
         return settings
     }
 
@@ -29,7 +29,7 @@ public struct OnlineRevocationSettings: Sendable, Hashable {
     /// appendix A.1) to the certificate's responder; anything but a 200 with a body throws (the record waits).
     public var checks: OnlineRevocationChecks? {
         guard enabled else { return nil }
-        let timeout = TimeAmount.milliseconds(Int64(timeoutMilliseconds))
+        let timeout = TimeAmount(timeout)
         return OnlineRevocationChecks(cacheLifetime: cacheLifetime) { request, uri in
             var http = HTTPClientRequest(url: uri)
             http.method = .POST

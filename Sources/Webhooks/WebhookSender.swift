@@ -34,7 +34,7 @@ public struct WebhookAttempt: Sendable, Hashable {
 }
 
 /// POSTs one signed delivery as the Standard Webhooks spec says, with the limits a sender owes the operator:
-/// - one deadline (`WEBHOOK_TIMEOUT_MS`) for the whole attempt: name resolution, connect, TLS, the request, the
+/// - one deadline (`WEBHOOK_TIMEOUT`) for the whole attempt: name resolution, connect, TLS, the request, the
 ///   answer's head and its body. A receiver that answers a head and then stalls, or trickles a byte a second, is
 ///   cut there (the connection closed) and the attempt is a timeout, so an attempt never outlives its lease;
 /// - the host resolved once, every address checked (`WebhookTarget`), and the connection made to the checked
@@ -146,7 +146,7 @@ public final class WebhookSender: Sendable {
     }
 
     static func timeoutReason(_ timeout: Duration) -> String {
-        "no answer within \(timeout) (WEBHOOK_TIMEOUT_MS bounds the whole attempt, the answer's body included)"
+        "no answer within \(timeout) (WEBHOOK_TIMEOUT bounds the whole attempt, the answer's body included)"
     }
 
     /// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when it is neither.

@@ -56,10 +56,10 @@ public struct WebhooksMetrics: Sendable {
         ).increment()
     }
 
-    /// `webhooks_attempt_timeouts_total`: attempts cut at `WEBHOOK_TIMEOUT_MS` (no answer, or a body that did not end).
+    /// `webhooks_attempt_timeouts_total`: attempts cut at `WEBHOOK_TIMEOUT` (no answer, or a body that did not end).
     func timedOut() {
         registry.makeCounter(
-            descriptor: .init(metricName: "webhooks_attempt_timeouts", unitName: "total", helpText: "Delivery attempts cut at the attempt's deadline (WEBHOOK_TIMEOUT_MS)")
+            descriptor: .init(metricName: "webhooks_attempt_timeouts", unitName: "total", helpText: "Delivery attempts cut at the attempt's deadline (WEBHOOK_TIMEOUT)")
         ).increment()
     }
 
@@ -90,7 +90,7 @@ public struct WebhooksMetrics: Sendable {
 /// `pipelinectl webhooks replay`).
 public struct WebhookIngester: Service {
     let consumer: KafkaConsumer
-    /// Bounds each database step (`WEBHOOKS_STORE_TIMEOUT_MS`).
+    /// Bounds each database step (`WEBHOOKS_STORE_TIMEOUT`).
     let storeTimeout: Duration
     let store: WebhookStore
     let metrics: WebhooksMetrics

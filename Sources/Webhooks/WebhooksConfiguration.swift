@@ -17,7 +17,7 @@ public struct WebhooksConfiguration: Sendable {
     /// `WEBHOOKS_OPS_HOST` / `WEBHOOKS_OPS_PORT`: `/health/live`, `/health/ready`, `/metrics`.
     public var opsHost = "0.0.0.0"
     public var opsPort = 8084
-    /// `WEBHOOK_TIMEOUT_MS`: a 2xx within this is a success; anything else, or nothing, a failure.
+    /// `WEBHOOK_TIMEOUT`: a 2xx within this is a success; anything else, or nothing, a failure.
     public var timeout: Duration = .seconds(10)
     /// `WEBHOOKS_ALLOW_PRIVATE_TARGETS`: deliver to loopback and private addresses (local compose, tests).
     public var allowPrivateTargets = false
@@ -34,9 +34,9 @@ public struct WebhooksConfiguration: Sendable {
     /// `WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT`: deliveries one endpoint may have in flight across every process, so a
     /// slow endpoint cannot take every slot.
     public var maximumInFlightPerEndpoint = 8
-    /// `WEBHOOKS_POLL_INTERVAL_MS`: how often a process looks for due deliveries when it found none.
+    /// `WEBHOOKS_POLL_INTERVAL`: how often a process looks for due deliveries when it found none.
     public var pollInterval: Duration = .milliseconds(200)
-    /// `WEBHOOKS_STORE_TIMEOUT_MS`: the longest a database step (claim, record, enqueue) may take. A query on a
+    /// `WEBHOOKS_STORE_TIMEOUT`: the longest a database step (claim, record, enqueue) may take. A query on a
     /// connection the server dropped (an immediate PostgreSQL restart) can otherwise wait for good, and the loop
     /// awaiting it would stop delivering (seen in a chaos run: claims stopped after a restart, silently).
     public var storeTimeout: Duration = .seconds(15)
@@ -58,9 +58,9 @@ public struct WebhooksConfiguration: Sendable {
     }
 
     public static let environmentKeys = [
-        "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
+        "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
         "WEBHOOK_RETRY_SCHEDULE", "WEBHOOK_DISABLE_AFTER_FAILURES", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_DELIVERY_RETENTION", "WEBHOOKS_CONCURRENCY", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT",
-        "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY",
+        "WEBHOOKS_POLL_INTERVAL", "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY",
     ] + KafkaEnvironment.keys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
@@ -69,7 +69,7 @@ public struct WebhooksConfiguration: Sendable {
         configuration.groupId = environment.string("WEBHOOKS_GROUP_ID", default: configuration.groupId)
         configuration.opsHost = environment.string("WEBHOOKS_OPS_HOST", default: configuration.opsHost)
         configuration.opsPort = try environment.int("WEBHOOKS_OPS_PORT", default: configuration.opsPort, range: 0...65535)
-        configuration.timeout = .milliseconds(try environment.int("WEBHOOK_TIMEOUT_MS", default: 10_000, range: 100...300_000))
+        configuration.timeout = try environment.duration("WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS")
         configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
         if let text = environment.optionalString("WEBHOOK_RETRY_SCHEDULE") {
             let delays = text.split(separator: ",").map { DurationText.milliseconds($0.trimmingCharacters(in: .whitespaces)) }
@@ -85,8 +85,8 @@ public struct WebhooksConfiguration: Sendable {
         configuration.concurrency = try environment.int("WEBHOOKS_CONCURRENCY", default: configuration.concurrency, range: 1...256)
         configuration.maximumInFlightPerEndpoint = try environment.int(
             "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
-        configuration.pollInterval = .milliseconds(try environment.int("WEBHOOKS_POLL_INTERVAL_MS", default: 200, range: 10...60_000))
-        configuration.storeTimeout = .milliseconds(try environment.int("WEBHOOKS_STORE_TIMEOUT_MS", default: 15_000, range: 1_000...600_000))
+        configuration.pollInterval = try environment.duration("WEBHOOKS_POLL_INTERVAL", default: .milliseconds(200), range: .milliseconds(10) ... .seconds(60), deprecatedMilliseconds: "WEBHOOKS_POLL_INTERVAL_MS")
+        configuration.storeTimeout = try environment.duration("WEBHOOKS_STORE_TIMEOUT", default: .seconds(15), range: .seconds(1) ... .seconds(600), deprecatedMilliseconds: "WEBHOOKS_STORE_TIMEOUT_MS")
         configuration.postgresURL = try environment.required("POSTGRES_URL")
         configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
         return configuration
@@ -98,7 +98,7 @@ public struct WebhooksConfiguration: Sendable {
         var configuration = WebhooksConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl"))
         configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
         configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
-        configuration.timeout = .milliseconds(try environment.int("WEBHOOK_TIMEOUT_MS", default: 10_000, range: 100...300_000))
+        configuration.timeout = try environment.duration("WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS")
         return configuration
     }
 
@@ -136,7 +136,7 @@ public struct WebhooksConfiguration: Sendable {
           EVENTS_TOPIC                     the events to deliver (appstore.entitlement-events.v1)
           WEBHOOKS_GROUP_ID                the consumer group every webhooks process joins (webhooks)
           WEBHOOKS_OPS_HOST, WEBHOOKS_OPS_PORT   /health/live, /health/ready, /metrics (0.0.0.0, 8084)
-          WEBHOOK_TIMEOUT_MS               a 2xx within this is a success (10000)
+          WEBHOOK_TIMEOUT                  a 2xx within this is a success (10s)
           WEBHOOKS_ALLOW_PRIVATE_TARGETS   deliver to loopback and private addresses (false; tests and local compose only)
           WEBHOOK_RETRY_SCHEDULE           delays before each retry (5s,5m,30m,2h,5h,10h,10h,10h,10h,10h,14h: about 3 days), ±20 % jitter
           WEBHOOK_DISABLE_AFTER_FAILURES   dead deliveries in a row that disable an endpoint (5)
@@ -144,8 +144,8 @@ public struct WebhooksConfiguration: Sendable {
           WEBHOOK_DELIVERY_RETENTION       finished deliveries and their attempts are pruned after this (30d)
           WEBHOOKS_CONCURRENCY             deliveries in flight per process (16)
           WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT   deliveries one endpoint may have in flight, every process together (8)
-          WEBHOOKS_POLL_INTERVAL_MS        how often due deliveries are looked for when there were none (200)
-          WEBHOOKS_STORE_TIMEOUT_MS        the longest a database step may take before it is retried (15000)
+          WEBHOOKS_POLL_INTERVAL           how often due deliveries are looked for when there were none (200ms)
+          WEBHOOKS_STORE_TIMEOUT           the longest a database step may take before it is retried (15s)
           POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (8)
           ERASURE_KEY_FILE, ERASURE_KEY    the workers' erasure key: an erased customer's events make no delivery (docs/privacy.md)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
