@@ -299,6 +299,8 @@ for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationW
     case "CustomerAPITests": [
         .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "InMemoryTracing", package: "swift-distributed-tracing"), "ServiceRuntime",
     ]
+    // In-process router tests (Hummingbird's test client): the console's pages, the ops routes every service serves.
+    case "ConsoleTests", "EndToEndTests": [.product(name: "HummingbirdTesting", package: "hummingbird")]
     default: []
     }
     package.targets.append(.testTarget(name: name, dependencies: underTest + ["StoreTestSupport", "PipelineTestSupport", postgresNIO] + extra))

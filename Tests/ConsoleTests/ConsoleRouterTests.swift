@@ -1,0 +1,125 @@
+@testable import Console
+import EntitlementStore
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import KafkaClient
+import Logging
+import PipelineConfiguration
+import StoreTestSupport
+import TestSigning
+import Testing
+
+/// The console's router in process (Hummingbird's test client) over a real PostgreSQL: no browser, no spawned binary.
+/// The browser suite (ConsoleBrowserTests) stays the end-to-end tier.
+@Suite("Console pages in process", .requiresPostgres)
+struct ConsoleRouterTests: MintedSuite {
+    static let logger = quietLogger("console-router-tests")
+    let minted: MintedVerification
+
+    init() throws {
+        minted = try MintedVerification()
+    }
+
+    /// The console's pages registered on a router, as `buildConsoleServices` does, over `store`.
+    func application(_ store: EntitlementStore, database: String, allowHTTP: Bool = true) throws -> some ApplicationProtocol {
+        let configuration = try ConsoleConfiguration.fromEnvironment(EnvironmentReader([
+            // The producer is created, never used here: no broker is needed at that address.
+            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "POSTGRES_URL": database, "APPS": "\(minter.bundleId):\(minter.appAppleId)",
+            "CONSOLE_ALLOW_HTTP": String(allowHTTP),
+        ]))
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: configuration.shared.kafka.clientConfiguration), logger: Self.logger)
+        let actions = ConsoleActions(
+            producer: producer, topic: "t", deadLetterTopic: "t.dead-letter", appStore: [:], entitlements: store, logger: Self.logger)
+        let pages = ConsolePages(
+            configuration: configuration, store: store.console, actions: actions, metrics: ConsoleMetrics(registry: .init()), logger: Self.logger,
+            limiter: LoginLimiter(window: configuration.loginWindow))
+        let router = Router(context: ConsoleRequestContext.self)
+        pages.register(on: router)
+        return Application(router: router)
+    }
+
+    @Test("signed out: the sign-in page, the stylesheet, and every other page sends you to sign in; a wrong password is 401; plain HTTP is refused unless allowed")
+    func signedOut() async throws {
+        try await withMigratedStore("console-router", logger: Self.logger) { store, _ in
+            try await application(store, database: try RequiredServices.postgresURL, allowHTTP: false).test(.router) { client in
+                try await client.execute(uri: "/login", method: .get) { response in
+                    #expect(response.status == .forbidden && String(buffer: response.body).contains("TLS only"))
+                }
+                try await client.execute(uri: "/login", method: .get, headers: [HTTPField.Name("X-Forwarded-Proto")!: "https"]) { #expect($0.status == .ok) }
+            }
+            let app = try application(store, database: try RequiredServices.postgresURL)
+            try await app.test(.router) { client in
+                try await client.execute(uri: "/login", method: .get) { response in
+                    #expect(response.status == .ok)
+                    #expect(String(buffer: response.body).contains("action=\"/login\""))
+                }
+                try await client.execute(uri: "/static/console.css", method: .get) { response in
+                    #expect(response.status == .ok && response.headers[.contentType]?.hasPrefix("text/css") == true)
+                }
+                try await client.execute(uri: "/search?q=1000", method: .get) { response in
+                    #expect(response.status == .seeOther)
+                    #expect(response.headers[.location]?.hasPrefix("/login") == true, "\(response.headers)")
+                }
+                let form = "email=nobody%40example.com&password=wrong"
+                try await client.execute(
+                    uri: "/login", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"], body: ByteBuffer(string: form)
+                ) { response in
+                    #expect(response.status == .unauthorized)
+                }
+            }
+        }
+    }
+
+    @Test("signed in: a search by originalTransactionId, by transactionId or by notificationUUID leads to the subscription's page; nothing found lists nothing")
+    func search() async throws {
+        var event = NotificationMinter.SubscriptionEvent.sample(seed: 41, signedDate: Self.start, type: "SUBSCRIBED", subtype: "INITIAL_BUY")
+        event.notificationUUID = deterministicUUID(41)
+        event.expiresDate = Self.start + 30 * Self.day
+        let signed = minter.signedNotification(event)
+        let stored = StoredNotification(
+            verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: 0)
+        let originalTransactionId = try #require(stored.verified.transactionInfo?.model.originalTransactionId)
+        let transactionId = try #require(stored.verified.transactionInfo?.model.transactionId)
+        try await withMigratedStore("console-router", logger: Self.logger) { store, _ in
+            _ = try await store.store([stored])
+            #expect(try await store.console.addOperator(email: "ops@example.com", role: .viewer, passwordHash: "unused"))
+            let account = try #require(try await store.console.operatorAccount(email: "ops@example.com"))
+            let (token, _) = try await store.console.openSession(operatorId: account.id)
+            let cookie: HTTPFields = [.cookie: "console_session=" + token]
+            let page = ConsolePaths.subscription(bundle: minter.bundleId, id: originalTransactionId)
+            let app = try application(store, database: try RequiredServices.postgresURL)
+            try await app.test(.router) { client in
+                for term in [originalTransactionId, transactionId, deterministicUUID(41)] {
+                    try await client.execute(uri: "/search?q=" + ConsolePaths.component(term), method: .get, headers: cookie) { response in
+                        #expect(response.status == .seeOther, "\(term)")
+                        #expect(response.headers[.location] == page, "\(term)")
+                    }
+                }
+                try await client.execute(uri: page, method: .get, headers: cookie) { response in
+                    #expect(response.status == .ok)
+                    #expect(String(buffer: response.body).contains(originalTransactionId))
+                }
+                try await client.execute(uri: "/search?q=no-such-thing", method: .get, headers: cookie) { response in
+                    #expect(response.status == .ok)
+                    #expect(!String(buffer: response.body).contains("/subscriptions/"))
+                }
+            }
+        }
+    }
+
+    @Test("search hits become one link per page, each built from stored identifiers, percent-encoded")
+    func links() {
+        let links = ConsolePages.links(to: [
+            SearchHit(kind: "subscription", bundle: "com.example.app", id: "1000", extra: nil),
+            SearchHit(kind: "transaction", bundle: "com.example.app", id: "1000", extra: "2000"),
+            SearchHit(kind: "customer", bundle: "com.example.app", id: "a/b", extra: nil),
+            SearchHit(kind: "notification", bundle: "", id: nil, extra: "uuid-1"),
+            SearchHit(kind: "dead letter", bundle: "", id: nil, extra: "uuid 2"),
+        ])
+        #expect(links.map(\.path) == [
+            "/apps/com.example.app/customers/a%2Fb", "/apps/com.example.app/subscriptions/1000", "/dead-letters?q=uuid%202", "/notifications/uuid-1",
+        ])
+    }
+}
