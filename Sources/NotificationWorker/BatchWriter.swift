@@ -44,11 +44,14 @@ struct DataRefused: Error {
 struct BatchWriter<Store: BatchStore, Sink: DeadLetterSink>: Sendable {
     let store: Store
     let deadLetters: Sink
-    let storeTimeout: Duration
-    let consumerGroup: String
-    let deadLetterTopic: String
+    /// The store timeout, the consumer group and the dead-letter topic.
+    let configuration: WorkerConfiguration
     let metrics: WorkerMetrics
     let logger: Logger
+
+    var storeTimeout: Duration { configuration.storeTimeout }
+    var consumerGroup: String { configuration.groupId }
+    var deadLetterTopic: String { configuration.deadLetterTopic }
 
     /// One batch on its way: what is stored, what is dead-lettered, what the trace says of each record.
     struct Plan {

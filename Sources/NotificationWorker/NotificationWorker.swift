@@ -167,9 +167,7 @@ public final class NotificationWorker: Service, Sendable {
 
     /// The batch writer's phases over this worker's store and dead-letter producer.
     var writer: BatchWriter<EntitlementStore, KafkaProducer> {
-        BatchWriter(
-            store: store, deadLetters: deadLetters, storeTimeout: configuration.storeTimeout, consumerGroup: configuration.groupId,
-            deadLetterTopic: configuration.deadLetterTopic, metrics: metrics, logger: logger)
+        BatchWriter(store: store, deadLetters: deadLetters, configuration: configuration, metrics: metrics, logger: logger)
     }
 
     /// One verified batch: dead letters, then the store transaction, then the offsets (`BatchWriter`'s phases). Each

@@ -83,9 +83,13 @@ struct BatchWriterTests: MintedSuite {
     }
 
     func writer(_ store: MemoryStore, _ sink: MemorySink) -> BatchWriter<MemoryStore, MemorySink> {
-        BatchWriter(
-            store: store, deadLetters: sink, storeTimeout: .seconds(5), consumerGroup: "workers", deadLetterTopic: "t.dead-letter",
-            metrics: WorkerMetrics(registry: PrometheusCollectorRegistry()), logger: Logger(label: "batch-writer-tests"))
+        var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: "batch-writer-tests"))
+        configuration.storeTimeout = .seconds(5)
+        configuration.groupId = "workers"
+        configuration.deadLetterTopic = "t.dead-letter"
+        return BatchWriter(
+            store: store, deadLetters: sink, configuration: configuration, metrics: WorkerMetrics(registry: PrometheusCollectorRegistry()),
+            logger: Logger(label: "batch-writer-tests"))
     }
 
     /// Retries at once, at most `attempts` times (a test that needs more is a failing test, not a hang).
