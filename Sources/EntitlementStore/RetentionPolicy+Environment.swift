@@ -1,4 +1,3 @@
-import EntitlementStore
 import PipelineConfiguration
 
 extension RetentionPolicy {

@@ -55,30 +55,64 @@ public struct WorkerConfiguration: Sendable {
         set { settings[keyPath: keyPath] = newValue }
     }
 
+    /// The worker's own settings, each described once: the parser below, `worker --help` and docs/worker.md's table
+    /// of them read these (the shared ones are `PipelineSettings`', `EventsConfiguration`'s and `RetentionPolicy`'s).
+    enum Settings {
+        static let groupId = Setting.string("WORKER_GROUP_ID", default: "appstore-worker", "the consumer group every worker of a deployment joins")
+        static let batchSize = Setting.int(
+            "WORKER_BATCH_SIZE", default: 250, range: 1...10_000,
+            "records per batch, one PostgreSQL transaction each; librdkafka's pre-fetch follows it (48 KiB a record)")
+        static let maximumBackoff = Setting.duration(
+            "WORKER_MAX_BACKOFF", default: .seconds(30), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "WORKER_MAX_BACKOFF_MS",
+            "longest pause between retries of a batch that failed transiently")
+        static let storeTimeout = Setting.duration(
+            "WORKER_STORE_TIMEOUT", default: .seconds(30), range: .milliseconds(500) ... .seconds(600), deprecatedMilliseconds: "WORKER_STORE_TIMEOUT_MS",
+            "longest a batch's transaction may take before it counts as a transient failure and is retried (migrations get 4×)")
+        static let migrate = Setting.bool("WORKER_MIGRATE", default: true, "apply pending migrations at start, under the advisory lock")
+        static let opsHost = Setting.string("WORKER_OPS_HOST", default: "0.0.0.0", "where `/health/live`, `/health/ready` and `/metrics` are served")
+        static let opsPort = Setting.int("WORKER_OPS_PORT", default: 8081, range: 0...65535, "the ops port")
+        static let healInterval = Setting.duration(
+            "HEAL_INTERVAL", default: .seconds(10), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "HEAL_INTERVAL_MS",
+            "how often a worker looks for rows that contradict Apple (with `APPSTORE_*` set)")
+        static let healRetryAfter = Setting.duration(
+            "HEAL_RETRY_AFTER", default: .seconds(300), range: .milliseconds(100) ... .seconds(86_400), deprecatedMilliseconds: "HEAL_RETRY_AFTER_MS",
+            "a row its pull did not resolve is pulled again after this")
+        static let retentionInterval = SettingDescription(
+            variable: "RETENTION_INTERVAL", summary: "how often one worker of the group prunes what is past its retention and runs queued erasures; `off` leaves it to `pipelinectl retention run`",
+            defaultText: "1h")
+
+        static let catalog = SettingsCatalog(component: "worker", settings: [
+            groupId.description, batchSize.description, maximumBackoff.description, storeTimeout.description, migrate.description,
+            opsHost.description, opsPort.description, healInterval.description, healRetryAfter.description, retentionInterval,
+        ])
+    }
+
+    /// The worker's own settings, for `--help`, the docs and `pipelinectl settings worker`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
     /// The environment variables the worker reads (for documentation and the deployment consistency check).
-    public static let environmentKeys = [
-        "WORKER_GROUP_ID", "WORKER_BATCH_SIZE", "WORKER_MAX_BACKOFF", "WORKER_MAX_BACKOFF_MS", "WORKER_STORE_TIMEOUT", "WORKER_STORE_TIMEOUT_MS", "WORKER_MIGRATE", "WORKER_OPS_HOST", "WORKER_OPS_PORT",
-        "HEAL_INTERVAL", "HEAL_INTERVAL_MS", "HEAL_RETRY_AFTER", "HEAL_RETRY_AFTER_MS", "RETENTION_INTERVAL",
-    ] + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys + RetentionPolicy.environmentKeys
+    public static let environmentKeys = Settings.catalog.environmentKeys
+        + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys + RetentionPolicy.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
         var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: ""))
         configuration.settings = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-worker")
-        configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
-        configuration.batchSize = try environment.int("WORKER_BATCH_SIZE", default: configuration.batchSize, range: 1...10_000)
-        configuration.maximumBackoff = try environment.duration("WORKER_MAX_BACKOFF", default: .seconds(30), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "WORKER_MAX_BACKOFF_MS")
-        configuration.storeTimeout = try environment.duration("WORKER_STORE_TIMEOUT", default: .seconds(30), range: .milliseconds(500) ... .seconds(600), deprecatedMilliseconds: "WORKER_STORE_TIMEOUT_MS")
-        configuration.migrateAtStart = try environment.bool("WORKER_MIGRATE", default: configuration.migrateAtStart)
-        configuration.opsHost = environment.string("WORKER_OPS_HOST", default: configuration.opsHost)
-        configuration.opsPort = try environment.int("WORKER_OPS_PORT", default: configuration.opsPort, range: 0...65535)
+        configuration.groupId = try Settings.groupId.read(environment)
+        configuration.batchSize = try Settings.batchSize.read(environment)
+        configuration.maximumBackoff = try Settings.maximumBackoff.read(environment)
+        configuration.storeTimeout = try Settings.storeTimeout.read(environment)
+        configuration.migrateAtStart = try Settings.migrate.read(environment)
+        configuration.opsHost = try Settings.opsHost.read(environment)
+        configuration.opsPort = try Settings.opsPort.read(environment)
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
-        configuration.healInterval = try environment.duration("HEAL_INTERVAL", default: .seconds(10), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "HEAL_INTERVAL_MS")
-        configuration.healRetryAfter = try environment.duration("HEAL_RETRY_AFTER", default: .seconds(300), range: .milliseconds(100) ... .seconds(86_400), deprecatedMilliseconds: "HEAL_RETRY_AFTER_MS")
+        configuration.healInterval = try Settings.healInterval.read(environment)
+        configuration.healRetryAfter = try Settings.healRetryAfter.read(environment)
         configuration.retention = try RetentionPolicy.fromEnvironment(environment)
-        if environment.optionalString("RETENTION_INTERVAL")?.lowercased() == "off" {
+        let retentionInterval = Settings.retentionInterval.variable
+        if environment.optionalString(retentionInterval)?.lowercased() == "off" {
             configuration.retentionInterval = nil
         } else {
-            configuration.retentionInterval = try environment.duration("RETENTION_INTERVAL", default: .seconds(3600))
+            configuration.retentionInterval = try environment.duration(retentionInterval, default: .seconds(3600))
         }
         return configuration
     }
@@ -118,17 +152,15 @@ public struct WorkerConfiguration: Sendable {
 
 extension WorkerConfiguration {
     /// `worker --help`: printed before anything is read, so it works with an empty environment.
-    public static let help = """
+    public static var help: String {
+        """
         worker: verifies each notification record, dedupes it and applies it to PostgreSQL in one transaction per batch;
-        dead-letters what can never verify; relays entitlement events; heals rows that contradict Apple. Configured by the environment:
+        dead-letters what can never verify; relays entitlement events; heals rows that contradict Apple. Configured by the
+        environment (durations as 500ms, 10s, 5m). Its own settings:
+        \(Settings.catalog.helpLines)
+        And those it shares with the other services:
           KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
           NOTIFICATIONS_TOPIC, DEAD_LETTER_TOPIC   appstore.notifications.v2, and the same + .dead-letter
-          WORKER_GROUP_ID                  the consumer group every worker of a deployment joins (appstore-worker)
-          WORKER_BATCH_SIZE                records per batch, one PostgreSQL transaction each (250)
-          WORKER_MAX_BACKOFF               longest pause between retries of a batch that failed transiently (30s)
-          WORKER_STORE_TIMEOUT             longest a batch's transaction may take before it is retried (30s)
-          WORKER_MIGRATE                   apply pending migrations at start (true)
-          WORKER_OPS_HOST, WORKER_OPS_PORT /health/live, /health/ready, /metrics (0.0.0.0, 8081)
           APPS                             accepted apps: bundleId[:appAppleId][@Production+Sandbox],... (required)
           TRUSTED_ROOTS                    apple (default) and/or PEM or DER files
           POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (4)
@@ -137,14 +169,12 @@ extension WorkerConfiguration {
           VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT   OCSP checks of every chain (off, 1h, 5s)
           EVENTS_ENABLED, EVENTS_TOPIC, EVENTS_TOPIC_PARTITIONS, EVENTS_OUTBOX_RETENTION, EVENTS_RELAY_BATCH_SIZE, EVENTS_RELAY_INTERVAL
                                            entitlement events and their relay (docs/events.md)
-          HEAL_INTERVAL, HEAL_RETRY_AFTER  contradiction healing, with APPSTORE_* set (10s, 5m)
           APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
-          (durations as 500ms, 10s, 5m; the older …_MS names, in milliseconds, are still read)
-          RETENTION_INTERVAL               how often one worker prunes and runs queued erasures (1h; off)
           ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
           CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,
           WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
         docs/worker.md.
         """
+    }
 }

@@ -10,7 +10,7 @@ import TestSupport
 public enum FreshDatabase {
     /// Creates database `name` on the cluster of `baseURL` and returns its URL.
     public static func create(_ name: String, on baseURL: String, logger: Logger = quietLogger("fresh-database")) async throws -> String {
-        try await withClient(baseURL, logger: logger) { client in
+        _ = try await withClient(baseURL, logger: logger) { client in
             try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
         }
         return String(baseURL[..<baseURL.lastIndex(of: "/")!]) + "/" + name

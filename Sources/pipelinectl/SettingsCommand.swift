@@ -1,15 +1,16 @@
 import ArgumentParser
 import NotificationIngest
+import NotificationWorker
 import PipelineConfiguration
 
-/// `pipelinectl settings ingest [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
+/// `pipelinectl settings ingest|worker [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
 /// The table in docs/<service>.md is this output; a test holds the two equal.
 struct SettingsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settings", abstract: "Print a service's settings (variable, default, meaning), or the docs' Markdown table.")
 
     /// The services whose settings are described declaratively (one description per setting).
-    static let catalogs: [String: SettingsCatalog] = ["ingest": IngestConfiguration.catalog]
+    static let catalogs: [String: SettingsCatalog] = ["ingest": IngestConfiguration.catalog, "worker": WorkerConfiguration.catalog]
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")
     var service: String

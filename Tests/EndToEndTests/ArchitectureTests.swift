@@ -1,5 +1,6 @@
 import Foundation
 import NotificationIngest
+import NotificationWorker
 import PipelineConfiguration
 import PipelineTestSupport
 import Testing
@@ -58,17 +59,22 @@ struct ArchitectureTests {
 /// Settings described once: the docs' tables are the catalogs' (`pipelinectl settings <service> --markdown`).
 @Suite("Settings: the docs' tables are the code's descriptions")
 struct SettingsDocumentationTests {
-    @Test("docs/ingest.md's settings table is IngestConfiguration's catalog; every variable it names is one ingest reads")
-    func ingestTable() throws {
-        let text = try String(contentsOf: repositoryRoot.appendingPathComponent("docs/ingest.md"), encoding: .utf8)
-        let begin = try #require(text.range(of: "<!-- settings: generated from IngestConfiguration.Settings"))
+    @Test(
+        "each described service's docs table is its catalog; every variable it names is one the service reads",
+        arguments: [
+            ("ingest", "docs/ingest.md", IngestConfiguration.catalog, IngestConfiguration.environmentKeys),
+            ("worker", "docs/worker.md", WorkerConfiguration.catalog, WorkerConfiguration.environmentKeys),
+        ])
+    func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)
+        let begin = try #require(text.range(of: "<!-- settings: generated from "))
         let afterMarker = try #require(text[begin.upperBound...].range(of: "-->\n"))
         let end = try #require(text.range(of: "<!-- end of settings -->"))
         let table = String(text[afterMarker.upperBound..<end.lowerBound]).trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(table == IngestConfiguration.catalog.markdownTable, "regenerate with: swift run pipelinectl settings ingest --markdown")
-        for setting in IngestConfiguration.catalog.settings {
-            #expect(IngestConfiguration.environmentKeys.contains(setting.variable))
-            if let old = setting.deprecated { #expect(IngestConfiguration.environmentKeys.contains(old), "\(old) is still read") }
+        #expect(table == catalog.markdownTable, "regenerate with: swift run pipelinectl settings \(service) --markdown")
+        for setting in catalog.settings {
+            #expect(keys.contains(setting.variable))
+            if let old = setting.deprecated { #expect(keys.contains(old), "\(old) is still read") }
         }
     }
 

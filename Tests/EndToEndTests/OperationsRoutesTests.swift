@@ -12,7 +12,7 @@ struct OperationsRoutesTests {
     @Test("/health/live is 200; /health/ready is 200, then 503 with the reason as JSON; /metrics is Prometheus text with the registry's series")
     func routes() async throws {
         let registry = PrometheusCollectorRegistry()
-        registry.makeCounter(name: "ops_routes_test_total").increment(by: Int64(3))
+        registry.makeCounter(descriptor: .init(metricName: "ops_routes_test", unitName: "total", helpText: "A test series")).increment(by: Int64(3))
         let reason = ReasonBox()
         let router = Router()
         OperationsRoutes.add(to: router, registry: registry) { reason.value }
