@@ -22,14 +22,20 @@ struct ConsoleRouterTests: MintedSuite {
         minted = try MintedVerification()
     }
 
-    /// The console's pages registered on a router, as `buildConsoleServices` does, over `store`.
-    func application(_ store: EntitlementStore, database: String, allowHTTP: Bool = true) throws -> some ApplicationProtocol {
+    /// The console's pages registered on a router, as `buildConsoleServices` does, over `store`, handed to `body`; the
+    /// producer (created, never used here: no broker listens at its address) is closed after it, so librdkafka stops
+    /// trying to connect.
+    func withApplication(
+        _ store: EntitlementStore, database: String, allowHTTP: Bool = true, _ body: (any ApplicationProtocol) async throws -> Void
+    ) async throws {
         let configuration = try ConsoleConfiguration.fromEnvironment(EnvironmentReader([
             // The producer is created, never used here: no broker is needed at that address.
             "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "POSTGRES_URL": database, "APPS": "\(minter.bundleId):\(minter.appAppleId)",
             "CONSOLE_ALLOW_HTTP": String(allowHTTP),
         ]))
-        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: configuration.shared.kafka.clientConfiguration), logger: Self.logger)
+        var silent = Self.logger
+        silent.logLevel = .critical  // its failed connections to the unused address are expected
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: configuration.shared.kafka.clientConfiguration), logger: silent)
         let actions = ConsoleActions(
             producer: producer, topic: "t", deadLetterTopic: "t.dead-letter", appStore: [:], entitlements: store, logger: Self.logger)
         let pages = ConsolePages(
@@ -37,20 +43,25 @@ struct ConsoleRouterTests: MintedSuite {
             limiter: LoginLimiter(window: configuration.loginWindow))
         let router = Router(context: ConsoleRequestContext.self)
         pages.register(on: router)
-        return Application(router: router)
+        do {
+            try await body(Application(router: router))
+        } catch {
+            await producer.close()
+            throw error
+        }
+        await producer.close()
     }
 
     @Test("signed out: the sign-in page, the stylesheet, and every other page sends you to sign in; a wrong password is 401; plain HTTP is refused unless allowed")
     func signedOut() async throws {
         try await withMigratedStore("console-router", logger: Self.logger) { store, _ in
-            try await application(store, database: try RequiredServices.postgresURL, allowHTTP: false).test(.router) { client in
+            try await withApplication(store, database: try RequiredServices.postgresURL, allowHTTP: false) { app in try await app.test(.router) { client in
                 try await client.execute(uri: "/login", method: .get) { response in
                     #expect(response.status == .forbidden && String(buffer: response.body).contains("TLS only"))
                 }
                 try await client.execute(uri: "/login", method: .get, headers: [HTTPField.Name("X-Forwarded-Proto")!: "https"]) { #expect($0.status == .ok) }
-            }
-            let app = try application(store, database: try RequiredServices.postgresURL)
-            try await app.test(.router) { client in
+            } }
+            try await withApplication(store, database: try RequiredServices.postgresURL) { app in try await app.test(.router) { client in
                 try await client.execute(uri: "/login", method: .get) { response in
                     #expect(response.status == .ok)
                     #expect(String(buffer: response.body).contains("action=\"/login\""))
@@ -68,7 +79,7 @@ struct ConsoleRouterTests: MintedSuite {
                 ) { response in
                     #expect(response.status == .unauthorized)
                 }
-            }
+            } }
         }
     }
 
@@ -89,8 +100,7 @@ struct ConsoleRouterTests: MintedSuite {
             let (token, _) = try await store.console.openSession(operatorId: account.id)
             let cookie: HTTPFields = [.cookie: "console_session=" + token]
             let page = ConsolePaths.subscription(bundle: minter.bundleId, id: originalTransactionId)
-            let app = try application(store, database: try RequiredServices.postgresURL)
-            try await app.test(.router) { client in
+            try await withApplication(store, database: try RequiredServices.postgresURL) { app in try await app.test(.router) { client in
                 for term in [originalTransactionId, transactionId, deterministicUUID(41)] {
                     try await client.execute(uri: "/search?q=" + ConsolePaths.component(term), method: .get, headers: cookie) { response in
                         #expect(response.status == .seeOther, "\(term)")
@@ -105,7 +115,7 @@ struct ConsoleRouterTests: MintedSuite {
                     #expect(response.status == .ok)
                     #expect(!String(buffer: response.body).contains("/subscriptions/"))
                 }
-            }
+            } }
         }
     }
 
