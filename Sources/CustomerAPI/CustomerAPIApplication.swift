@@ -5,6 +5,7 @@ import Hummingbird
 import KafkaClient
 import Logging
 import NotificationRecords
+import PipelineConfiguration
 import ServiceRuntime
 import OpenAPIHummingbird
 import OpenAPIRuntime
@@ -35,7 +36,7 @@ public func buildCustomerAPIServices(
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
     let store = CustomerStore(client: postgres, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
-    producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.components.seconds * 1_000 + configuration.applyTimeout.components.attoseconds / 1_000_000_000_000_000))
+    producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.wholeMilliseconds))
     producerConfiguration.lingerMilliseconds = 1
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
     // A request of a backend waits at most 2 s for Apple's turn, then gets 503 with Retry-After.

@@ -1,6 +1,7 @@
 import AppStoreNotifications
 import Foundation
 import Logging
+import PipelineConfiguration
 import PostgresNIO
 
 /// A verified notification ready to be stored, with where it came from.
@@ -1015,7 +1016,7 @@ extension String {
 package enum StatementTimeouts {
     package static func apply(_ statementTimeout: Duration?, on connection: PostgresConnection, logger: Logger) async throws {
         guard let statementTimeout else { return }
-        let milliseconds = max(1, Int(statementTimeout.components.seconds * 1000 + statementTimeout.components.attoseconds / 1_000_000_000_000_000))
+        let milliseconds = max(1, Int(statementTimeout.wholeMilliseconds))
         let value = String(milliseconds)
         // One statement (a prepared statement holds one command); `true`: local to this transaction, like SET LOCAL.
         try await connection.query(

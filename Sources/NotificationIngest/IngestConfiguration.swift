@@ -134,7 +134,7 @@ public struct IngestConfiguration: Sendable {
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
     public var producerConfiguration: KafkaProducerConfiguration {
         var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
-        producer.deliveryTimeoutMilliseconds = Int(produceTimeout.components.seconds * 1_000 + produceTimeout.components.attoseconds / 1_000_000_000_000_000)
+        producer.deliveryTimeoutMilliseconds = Int(produceTimeout.wholeMilliseconds)
         producer.lingerMilliseconds = 2
         return producer
     }

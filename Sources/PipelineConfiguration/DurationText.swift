@@ -22,12 +22,19 @@ public enum DurationText {
 
     /// `duration` as a person writes it: the largest unit that divides it (`90s`, `1500ms`, `0s`).
     public static func text(_ duration: Duration) -> String {
-        let (seconds, attoseconds) = duration.components
-        let milliseconds = seconds * 1_000 + attoseconds / 1_000_000_000_000_000
+        let milliseconds = duration.wholeMilliseconds
         guard milliseconds > 0 else { return "0s" }
         for unit in unitMilliseconds.reversed() where milliseconds % unit.milliseconds == 0 {
             return "\(milliseconds / unit.milliseconds)\(unit.suffix)"
         }
         return "\(milliseconds)ms"
+    }
+}
+
+extension Duration {
+    /// The whole milliseconds of this duration (rounded toward zero): what librdkafka's, PostgreSQL's and the HTTP
+    /// client's millisecond settings take.
+    public var wholeMilliseconds: Int64 {
+        components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000
     }
 }

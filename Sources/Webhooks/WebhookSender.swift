@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import PipelineConfiguration
 import ServiceRuntime
 import Tracing
 
@@ -162,7 +163,7 @@ public final class WebhookSender: Sendable {
     }
 
     static func milliseconds(_ duration: Duration) -> Int {
-        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+        Int(duration.wholeMilliseconds)
     }
 }
 
