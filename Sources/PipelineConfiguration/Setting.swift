@@ -71,6 +71,7 @@ extension Setting where Value == Duration {
 
 /// A component's settings, in the order `--help` and the docs list them.
 public struct SettingsCatalog: Sendable {
+    /// The service's name, as `pipelinectl settings` takes it.
     public var component: String
     public var settings: [SettingDescription]
 

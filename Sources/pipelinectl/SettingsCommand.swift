@@ -1,7 +1,6 @@
 import ArgumentParser
 import NotificationIngest
 import NotificationWorker
-import PipelineConfiguration
 
 /// `pipelinectl settings ingest|worker [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
 /// The table in docs/<service>.md is this output; a test holds the two equal.
@@ -10,7 +9,7 @@ struct SettingsCommand: ParsableCommand {
         commandName: "settings", abstract: "Print a service's settings (variable, default, meaning), or the docs' Markdown table.")
 
     /// The services whose settings are described declaratively (one description per setting).
-    static let catalogs: [String: SettingsCatalog] = ["ingest": IngestConfiguration.catalog, "worker": WorkerConfiguration.catalog]
+    static let catalogs = Dictionary(uniqueKeysWithValues: [IngestConfiguration.catalog, WorkerConfiguration.catalog].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")
     var service: String
