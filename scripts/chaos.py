@@ -517,18 +517,24 @@ def main():
         postgres.start()
         reference_broker.start()
 
+        def undisturbed_run(name, own_broker, bodies):
+            """`bodies` once through a stack of its own on `own_broker`, no fault: the stack (its rows stay readable),
+            its database's digest and the seconds sending took. The broker is stopped after."""
+            stack = Stack(name, args, bin_dir, workdir, postgres, own_broker, f"{workdir}/root.pem")
+            stacks.append(stack)
+            stack.start()
+            sender = Sender(lambda: stack.ingest_port, bodies, args.concurrency, 0)
+            sender.run()
+            stack.wait_drained(600)
+            digest = stack.digest()
+            stack.stop()
+            own_broker.kill()
+            return stack, digest, sender.elapsed
+
         # The reference: the same stream once, no fault.
-        reference = Stack("reference", args, bin_dir, workdir, postgres, reference_broker, f"{workdir}/root.pem")
-        stacks.append(reference)
-        reference.start()
-        sender = Sender(lambda: reference.ingest_port, stream, args.concurrency, 0)
-        sender.run()
-        reference.wait_drained(600)
-        expected = reference.digest()
-        reference.stop()
-        reference_broker.kill()
+        reference, expected, elapsed = undisturbed_run("reference", reference_broker, stream)
         broker.start()
-        log(f"reference: {len(stream)} bodies in {sender.elapsed:.1f} s, ledger {expected['ledger']}")
+        log(f"reference: {len(stream)} bodies in {elapsed:.1f} s, ledger {expected['ledger']}")
 
         # The chaos run.
         receiver = Receiver()
@@ -615,15 +621,7 @@ def main():
             adjusted_broker = Broker(os.environ["PIPELINE_TANSU_BIN"], os.environ["PIPELINE_OBJECT_STORE_BIN"], workdir, persistent=False)
             brokers.append(adjusted_broker)
             adjusted_broker.start()
-            reference = Stack("reference_adjusted", args, bin_dir, workdir, postgres, adjusted_broker, f"{workdir}/root.pem")
-            stacks.append(reference)
-            reference.start()
-            adjusted_sender = Sender(lambda: reference.ingest_port, kept_stream, args.concurrency, 0)
-            adjusted_sender.run()
-            reference.wait_drained(600)
-            expected = reference.digest()
-            reference.stop()
-            adjusted_broker.kill()
+            reference, expected, _ = undisturbed_run("reference_adjusted", adjusted_broker, kept_stream)
             forged = [body for body in forged if body not in lost]
             log(f"reference without the broker's losses: {len(kept_stream)} bodies, ledger {expected['ledger']}")
         if pipeline_lost:

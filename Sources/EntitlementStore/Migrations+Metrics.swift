@@ -17,6 +17,30 @@ extension Migrations {
                     )
         """
 
+    /// Apple's subscription durations by the longest length each is read from, on the sandbox's accelerated clock
+    /// and in production (longer than the last: a year).
+    struct DurationBound {
+        var sandbox: String
+        var production: String
+        var duration: String
+    }
+
+    static let durationBounds = [
+        DurationBound(sandbox: "4 minutes", production: "10 days", duration: "P1W"),
+        DurationBound(sandbox: "7 minutes 30 seconds", production: "45 days", duration: "P1M"),
+        DurationBound(sandbox: "12 minutes 30 seconds", production: "75 days", duration: "P2M"),
+        DurationBound(sandbox: "22 minutes 30 seconds", production: "135 days", duration: "P3M"),
+        DurationBound(sandbox: "45 minutes", production: "270 days", duration: "P6M"),
+    ]
+
+    /// The `WHEN length <= … THEN …` lines of `apple_subscription_duration` for one clock, each indented by
+    /// `indentation` spaces, ending with the year and the CASE's `END`.
+    static func durationCase(_ bound: KeyPath<DurationBound, String>, indentation: Int) -> String {
+        let indent = String(repeating: " ", count: indentation)
+        let lines = durationBounds.map { "\(indent)WHEN length <= interval '\($0[keyPath: bound])' THEN '\($0.duration)'" }
+        return (lines + ["\(indent)ELSE 'P1Y' END"]).joined(separator: "\n")
+    }
+
     /// Migration 14: subscription metrics computed from our own rows, on RevenueCat's published definitions
     /// (docs/metrics.md holds each definition and the notification types that feed it).
     ///
@@ -74,18 +98,8 @@ extension Migrations {
             SELECT CASE
                 WHEN length IS NULL THEN NULL
                 WHEN length < interval '2 hours' THEN CASE
-                    WHEN length <= interval '4 minutes' THEN 'P1W'
-                    WHEN length <= interval '7 minutes 30 seconds' THEN 'P1M'
-                    WHEN length <= interval '12 minutes 30 seconds' THEN 'P2M'
-                    WHEN length <= interval '22 minutes 30 seconds' THEN 'P3M'
-                    WHEN length <= interval '45 minutes' THEN 'P6M'
-                    ELSE 'P1Y' END
-                WHEN length <= interval '10 days' THEN 'P1W'
-                WHEN length <= interval '45 days' THEN 'P1M'
-                WHEN length <= interval '75 days' THEN 'P2M'
-                WHEN length <= interval '135 days' THEN 'P3M'
-                WHEN length <= interval '270 days' THEN 'P6M'
-                ELSE 'P1Y' END
+        \(durationCase(\.sandbox, indentation: 12))
+        \(durationCase(\.production, indentation: 8))
         $$
         """,
         // (subscription_periods spells the common durations out in a simple CASE, which evaluates its subject once:

@@ -10,6 +10,28 @@ public enum Migrations {
         public var sql: [String]
     }
 
+    /// `entitlements_now` (each row with `is_active`: access until expiry plus the configured leeway, grace until its
+    /// end or 28 days) and `entitlements_production_now`, as migrations 4 and 8 created them, and as 9 did with the
+    /// bounded grant of a contradicted row. The SQL each migration ran is exactly this text: the views' `*` is fixed
+    /// when they are created, so a migration that adds columns to `entitlements` recreates them.
+    static func entitlementViews(contradictionGrants: Bool) -> [String] {
+        let open = contradictionGrants ? "(CASE" : "CASE"
+        let close = contradictionGrants ? "ELSE true END OR coalesce(e.contradiction_grants_until > now(), false))) AS is_active" : "ELSE true END) AS is_active"
+        return [
+            """
+            CREATE VIEW entitlements_now AS
+            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND \(open)
+                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
+                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
+                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
+                \(close)
+            FROM entitlements e
+            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
+            """,
+            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
+        ]
+    }
+
     /// Advisory lock key for migrations (any constant; "apns" in ASCII).
     static let lockKey: Int64 = 0x6170_6E73
 
@@ -166,18 +188,7 @@ public enum Migrations {
             """,
             "INSERT INTO entitlement_settings DEFAULT VALUES",
             "DROP VIEW entitlements_now",
-            """
-            CREATE VIEW entitlements_now AS
-            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND CASE
-                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
-                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
-                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
-                ELSE true END) AS is_active
-            FROM entitlements e
-            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
-            """,
-            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
-        ]),
+        ] + entitlementViews(contradictionGrants: false)),
         // Dead letters exactly once in effect: the original record's position is recorded in the batch transaction,
         // so a redelivered batch (rebalance, kill -9, replay) does not publish its dead letters again.
         Migration(version: 5, name: "dead-lettered record positions", sql: [
@@ -296,18 +307,7 @@ public enum Migrations {
             // The views' `*` is fixed when they are created: recreated so that they show the new columns.
             "DROP VIEW entitlements_production_now",
             "DROP VIEW entitlements_now",
-            """
-            CREATE VIEW entitlements_now AS
-            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND CASE
-                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
-                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
-                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
-                ELSE true END) AS is_active
-            FROM entitlements e
-            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
-            """,
-            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
-        ]),
+        ] + entitlementViews(contradictionGrants: false)),
         // Rows that contradict Apple's last word: why and since when, the bounded grant while Apple says active,
         // and when the self-healing status pull last asked Apple about the row. The views grant access until the
         // backstop (recreated once more, so that they also show the new columns).
@@ -322,18 +322,7 @@ public enum Migrations {
             "CREATE INDEX entitlements_contradicted ON entitlements (contradicted_since) WHERE contradiction IS NOT NULL",
             "DROP VIEW entitlements_production_now",
             "DROP VIEW entitlements_now",
-            """
-            CREATE VIEW entitlements_now AS
-            SELECT e.*, (e.status IN ('active', 'gracePeriod') AND (CASE
-                WHEN e.status = 'gracePeriod' AND e.grace_period_expires_at IS NOT NULL THEN e.grace_period_expires_at + s.leeway > now()
-                WHEN e.status = 'gracePeriod' AND e.expires_at IS NOT NULL THEN e.expires_at + interval '28 days' + s.leeway > now()
-                WHEN e.expires_at IS NOT NULL THEN e.expires_at + s.leeway > now()
-                ELSE true END OR coalesce(e.contradiction_grants_until > now(), false))) AS is_active
-            FROM entitlements e
-            CROSS JOIN (SELECT COALESCE((SELECT expiry_leeway FROM entitlement_settings), interval '0') AS leeway) s
-            """,
-            "CREATE VIEW entitlements_production_now AS SELECT * FROM entitlements_now WHERE environment = 'Production'",
-        ]),
+        ] + entitlementViews(contradictionGrants: true)),
         // The customer API's keys: only the SHA-256 of each key is stored (the key is shown once at creation).
         Migration(version: 10, name: "customer API keys", sql: [
             """

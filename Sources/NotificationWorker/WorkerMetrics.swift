@@ -42,13 +42,15 @@ public struct WorkerMetrics: Sendable {
                 helpText: "Seconds until the nearest unanswered consumption request's deadline (negative: missed; 43200 when none)"))
     }
 
+    /// Adds `count` (nothing when 0) to the counter `<name>_total` of `labels`.
+    private func add(_ count: Int = 1, to name: String, help: String, labels: [(String, String)] = []) {
+        guard count > 0 else { return }
+        registry.makeCounter(descriptor: .init(metricName: name, unitName: "total", helpText: help), labels: labels).increment(by: Int64(count))
+    }
+
     /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.
     func records(_ outcome: String, _ count: Int) {
-        guard count > 0 else { return }
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_notifications", unitName: "total", helpText: "Notifications processed, by outcome"),
-            labels: [("outcome", outcome)]
-        ).increment(by: Int64(count))
+        add(count, to: "worker_notifications", help: "Notifications processed, by outcome", labels: [("outcome", outcome)])
     }
 
     /// A verified notification by type (`unknown` for a type this version does not know).
@@ -59,67 +61,42 @@ public struct WorkerMetrics: Sendable {
     }
 
     func notificationType(label: String) {
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_notification_types", unitName: "total", helpText: "Verified notifications by notificationType"),
-            labels: [("type", label)]
-        ).increment()
+        add(to: "worker_notification_types", help: "Verified notifications by notificationType", labels: [("type", label)])
     }
 
     /// A raw value no enum case matches: kept and processed, counted here.
     func unknownValue(field: String) {
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_unknown_values", unitName: "total", helpText: "Enum-like fields with a value this version does not know, by field"),
-            labels: [("field", field)]
-        ).increment()
+        add(to: "worker_unknown_values", help: "Enum-like fields with a value this version does not know, by field", labels: [("field", field)])
     }
 
     /// Records about an erased customer from before the erasure, acknowledged and not stored, by record kind
     /// (`notification`, `statusSnapshot`, `historyTransaction`, `purchase`, `deadLetter`): `erasure_suppressed_total`.
     func erasureSuppressed(record: String, _ count: Int) {
-        guard count > 0 else { return }
-        registry.makeCounter(
-            descriptor: .init(metricName: "erasure_suppressed", unitName: "total", helpText: "Records about an erased customer, from before the erasure, acknowledged and not stored, by record kind"),
-            labels: [("record", record)]
-        ).increment(by: Int64(count))
+        add(count, to: "erasure_suppressed", help: "Records about an erased customer, from before the erasure, acknowledged and not stored, by record kind", labels: [("record", record)])
     }
 
     /// Records that waited (once per retry) for an online revocation check's answer.
     func revocationCheckWaits(_ count: Int) {
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_revocation_check_waits", unitName: "total", helpText: "Records verified again because an online revocation check (OCSP) got no answer"))
-            .increment(by: Int64(count))
+        add(count, to: "worker_revocation_check_waits", help: "Records verified again because an online revocation check (OCSP) got no answer")
     }
 
     /// Erasures the worker ran (queued by RESCIND_CONSENT) and rows the retention job deleted, by store.
     func erasuresRun(_ count: Int) {
-        guard count > 0 else { return }
-        registry.makeCounter(descriptor: .init(metricName: "erasures_completed", unitName: "total", helpText: "Erasures run by the worker (RESCIND_CONSENT)"))
-            .increment(by: Int64(count))
+        add(count, to: "erasures_completed", help: "Erasures run by the worker (RESCIND_CONSENT)")
     }
 
     func retentionDeleted(store: String, _ count: Int) {
-        guard count > 0 else { return }
-        registry.makeCounter(
-            descriptor: .init(metricName: "retention_deleted_rows", unitName: "total", helpText: "Rows deleted by the retention job, by store"),
-            labels: [("store", store)]
-        ).increment(by: Int64(count))
+        add(count, to: "retention_deleted_rows", help: "Rows deleted by the retention job, by store", labels: [("store", store)])
     }
 
     /// A dead letter, by verification error code.
     func deadLettered(code: String) {
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_dead_letters", unitName: "total", helpText: "Records dead-lettered, by error code"),
-            labels: [("code", code)]
-        ).increment()
+        add(to: "worker_dead_letters", help: "Records dead-lettered, by error code", labels: [("code", code)])
     }
 
-    /// A transient failure that is being retried, by step (`dead letters`, `notifications`).
     /// A status pull for a contradicted row, by outcome: `pulled`, `unknown_to_apple`, `failed`, `not_configured`.
     func contradictionPull(_ outcome: String) {
-        registry.makeCounter(
-            descriptor: .init(metricName: "worker_contradiction_pulls", unitName: "total", helpText: "Status pulls for rows that contradict Apple, by outcome"),
-            labels: [("outcome", outcome)]
-        ).increment()
+        add(to: "worker_contradiction_pulls", help: "Status pulls for rows that contradict Apple, by outcome", labels: [("outcome", outcome)])
     }
 
     /// Rows that contradict Apple's last word, by reason (measured every 30 s; every worker exports it, take the max).

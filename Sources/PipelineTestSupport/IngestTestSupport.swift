@@ -9,11 +9,7 @@ import ServiceLifecycle
 import TestSupport
 import Testing
 
-public let ingestTestLogger: Logger = {
-    var logger = Logger(label: "ingest-tests")
-    logger.logLevel = .error
-    return logger
-}()
+public let ingestTestLogger = quietLogger("ingest-tests")
 
 /// An ingest application running in this process on a free port, in a real ServiceGroup.
 public final class RunningIngest: @unchecked Sendable {

@@ -51,10 +51,3 @@ public func withMigratedStore(_ purpose: String, logger: Logger, _ body: (Entitl
         group.cancelAll()
     }
 }
-
-/// A logger for tests that prints errors only.
-public func quietLogger(_ label: String) -> Logger {
-    var logger = Logger(label: label)
-    logger.logLevel = .error
-    return logger
-}

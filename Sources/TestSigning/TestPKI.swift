@@ -94,13 +94,7 @@ public struct TestCertificateAuthority: Sendable {
                     Critical(KeyUsage(digitalSignature: true))
                 }
                 SubjectKeyIdentifier(hash: Certificate.PublicKey(intermediateKey.publicKey))
-                AuthorityKeyIdentifier(keyIdentifier: try rootCertificate.extensions.subjectKeyIdentifier?.keyIdentifier)
-                if options.intermediateHasAppleOID {
-                    Certificate.Extension(oid: AppleCertificateOID.wwdrIntermediate, critical: false, value: [0x05, 0x00])
-                }
-                if let uri = options.ocspURI {
-                    AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(uri))])
-                }
+                try Self.issuedBy(rootCertificate, appleOID: options.intermediateHasAppleOID ? AppleCertificateOID.wwdrIntermediate : nil, ocspURI: options.ocspURI)
             },
             issuerPrivateKey: Certificate.PrivateKey(rootKey))
 
@@ -124,16 +118,24 @@ public struct TestCertificateAuthority: Sendable {
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
-                AuthorityKeyIdentifier(keyIdentifier: try intermediate.extensions.subjectKeyIdentifier?.keyIdentifier)
-                if options.leafHasAppleOID {
-                    Certificate.Extension(oid: AppleCertificateOID.receiptSigningLeaf, critical: false, value: [0x05, 0x00])
-                }
-                if let uri = options.ocspURI {
-                    AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(uri))])
-                }
+                try Self.issuedBy(intermediate, appleOID: options.leafHasAppleOID ? AppleCertificateOID.receiptSigningLeaf : nil, ocspURI: options.ocspURI)
             },
             issuerPrivateKey: Certificate.PrivateKey(intermediateKey))
         return TestSigningChain(leaf: leaf, intermediate: intermediate, root: rootCertificate, signer: leafSigner, intermediateKey: intermediateKey)
+    }
+
+    /// What the intermediate and the leaf share about their issuer: its key identifier, Apple's marker extension
+    /// (`appleOID`; `nil` when the options leave it out) and the OCSP responder's address, when one is set.
+    static func issuedBy(_ issuer: Certificate, appleOID: ASN1ObjectIdentifier?, ocspURI: String?) throws -> Certificate.Extensions {
+        try Certificate.Extensions {
+            AuthorityKeyIdentifier(keyIdentifier: try issuer.extensions.subjectKeyIdentifier?.keyIdentifier)
+            if let appleOID {
+                Certificate.Extension(oid: appleOID, critical: false, value: [0x05, 0x00])
+            }
+            if let ocspURI {
+                AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURI))])
+            }
+        }
     }
 }
 

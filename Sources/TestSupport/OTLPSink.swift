@@ -18,8 +18,7 @@ public final class OTLPSink: Sendable {
 
     /// Starts on a free port of 127.0.0.1 and returns it.
     public func start() async throws -> Int {
-        var logger = Logger(label: "otlp-sink")
-        logger.logLevel = .error
+        let logger = quietLogger("otlp-sink")
         let router = Router()
         router.post("/v1/traces") { request, _ in
             var size = 0

@@ -41,9 +41,7 @@ public final class WebhookReceiver: Sendable {
     public init(slowSeconds: Int = 5, busyRetryAfterSeconds: Int = 3) {
         self.slowSeconds = slowSeconds
         self.busyRetryAfterSeconds = busyRetryAfterSeconds
-        var logger = Logger(label: "webhook-receiver")
-        logger.logLevel = .error
-        self.logger = logger
+        self.logger = quietLogger("webhook-receiver")
     }
 
     /// Starts on a free port of 127.0.0.1 and returns it.

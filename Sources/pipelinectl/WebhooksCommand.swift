@@ -23,6 +23,12 @@ struct WebhooksCommand: AsyncParsableCommand {
         }
     }
 
+    /// One change to endpoint `id`: `change` answers whether the endpoint exists; then `<done> <id>` is printed.
+    static func changeEndpoint(_ connection: ConnectionOptions, _ id: String, done: String?, _ change: @Sendable (WebhookStore) async throws -> Bool) async throws {
+        guard try await withWebhookStore(connection, change) else { throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(id, limit: 60))") }
+        if let done { print("\(done) \(id)") }
+    }
+
     static func endpoint(_ id: String, in store: WebhookStore) async throws -> WebhookEndpoint {
         guard let endpoint = try await store.endpoint(id: id) else { throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(id, limit: 60))") }
         return endpoint
@@ -111,11 +117,9 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "Why (shown by list).") var reason = "disabled by an operator"
 
         func run() async throws {
-            let (endpoint, reason) = (endpoint, reason)
-            guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.setEnabled(id: endpoint, enabled: false, reason: reason) }) else {
-                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+            try await WebhooksCommand.changeEndpoint(connection, endpoint, done: "disabled") { [endpoint, reason] in
+                try await $0.setEnabled(id: endpoint, enabled: false, reason: reason)
             }
-            print("disabled \(endpoint)")
         }
     }
 
@@ -125,11 +129,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint id.") var endpoint: String
 
         func run() async throws {
-            let endpoint = endpoint
-            guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.setEnabled(id: endpoint, enabled: true, reason: nil) }) else {
-                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
-            }
-            print("enabled \(endpoint)")
+            try await WebhooksCommand.changeEndpoint(connection, endpoint, done: "enabled") { [endpoint] in try await $0.setEnabled(id: endpoint, enabled: true, reason: nil) }
         }
     }
 
@@ -145,9 +145,8 @@ struct WebhooksCommand: AsyncParsableCommand {
             let overlap = try WebhooksCommand.settings().overlap
             let secret = WebhookSignature.generateSecret()
             let until = Date().addingTimeInterval(Double(overlap.components.seconds))
-            let endpoint = endpoint
-            guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.rotateSecret(id: endpoint, newSecret: secret, overlapUntil: until) }) else {
-                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
+            try await WebhooksCommand.changeEndpoint(connection, endpoint, done: nil) { [endpoint] in
+                try await $0.rotateSecret(id: endpoint, newSecret: secret, overlapUntil: until)
             }
             if json {
                 printJSON(.object(JSONObject(["id": .string(endpoint), "secret": .string(secret), "previousSecretUntil": jsonValue(until)])))
@@ -164,11 +163,7 @@ struct WebhooksCommand: AsyncParsableCommand {
         @Option(help: "The endpoint id.") var endpoint: String
 
         func run() async throws {
-            let endpoint = endpoint
-            guard try await WebhooksCommand.withWebhookStore(connection, { try await $0.removeEndpoint(id: endpoint) }) else {
-                throw ToolFailure("no webhook endpoint \(UntrustedText.quoted(endpoint, limit: 60))")
-            }
-            print("removed \(endpoint)")
+            try await WebhooksCommand.changeEndpoint(connection, endpoint, done: "removed") { [endpoint] in try await $0.removeEndpoint(id: endpoint) }
         }
     }
 

@@ -61,9 +61,7 @@ public final class TestOCSPResponder: Sendable {
             return Response(
                 status: .ok, headers: [.contentType: "application/ocsp-response"], body: .init(byteBuffer: ByteBuffer(bytes: answer)))
         }
-        var logger = Logger(label: "ocsp-responder")
-        logger.logLevel = .error
-        let server = try await LoopbackServer.start(router, name: "ocsp-responder", logger: logger)
+        let server = try await LoopbackServer.start(router, name: "ocsp-responder", logger: quietLogger("ocsp-responder"))
         state.withLock { $0.server = server }
         return "http://127.0.0.1:\(server.port)/ocsp"
     }

@@ -9,6 +9,7 @@ import Logging
 import PipelineConfiguration
 import StoreTestSupport
 import TestSigning
+import TestSupport
 import Testing
 
 /// The console's router in process (Hummingbird's test client) over a real PostgreSQL: no browser, no spawned binary.
@@ -33,8 +34,8 @@ struct ConsoleRouterTests: MintedSuite {
             "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "POSTGRES_URL": database, "APPS": "\(minter.bundleId):\(minter.appAppleId)",
             "CONSOLE_ALLOW_HTTP": String(allowHTTP),
         ]))
-        var silent = Self.logger
-        silent.logLevel = .critical  // its failed connections to the unused address are expected
+        // Its failed connections to the unused address are expected: only a critical line would be news.
+        let silent = quietLogger("console-router-producer", level: .critical)
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: configuration.shared.kafka.clientConfiguration), logger: silent)
         let actions = ConsoleActions(
             producer: producer, topic: "t", deadLetterTopic: "t.dead-letter", appStore: [:], entitlements: store, logger: Self.logger)

@@ -3,17 +3,14 @@ import Foundation
 import Logging
 import PostgresNIO
 import StoreTestSupport
+import TestSupport
 import Testing
 
 /// Console sessions (issue 51: they had no absolute lifetime): a session ends `CONSOLE_SESSION_MAX` after sign-in
 /// however busy it was, and after `CONSOLE_SESSION_IDLE` unused.
 @Suite("Console sessions: idle and absolute lifetimes", .serialized, .requiresPostgres)
 struct ConsoleSessionTests {
-    static let logger: Logger = {
-        var logger = Logger(label: "console-session-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("console-session-tests")
 
     @Test("a busy session older than the maximum is over (and deleted); a young one lives; an idle one is over")
     func lifetimes() async throws {

@@ -9,11 +9,7 @@ import Testing
 
 @Suite("Entitlement store against a real PostgreSQL", .serialized, .requiresPostgres)
 struct EntitlementStoreTests: MintedSuite {
-    static let logger: Logger = {
-        var logger = Logger(label: "store-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("store-tests")
     /// Runs `body` with a store on a database of its own (created for the test, migrated).
     func withStore(_ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
         try await withMigratedStore("store", logger: Self.logger, body)

@@ -14,11 +14,7 @@ import PipelineTestSupport
 /// back after a renewal signed later; the worker refuses to guess without the key; the prune job.
 @Suite("Erasure and retention against a real PostgreSQL", .serialized, .requiresPostgres)
 struct ErasureStoreTests: MintedSuite {
-    static let logger: Logger = {
-        var logger = Logger(label: "erasure-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("erasure-tests")
     let minted: MintedVerification
     let key = try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key")
 

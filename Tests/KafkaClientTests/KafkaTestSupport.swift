@@ -23,11 +23,7 @@ func testProducer(bootstrap: String, deliveryTimeout: Int = 10_000, additional: 
 
 /// For clients whose broker is deliberately away: librdkafka reports every reconnect, which would bury the
 /// test report in CI's output tail.
-let quietTestLogger: Logger = {
-    var logger = testLogger
-    logger.logLevel = .critical
-    return logger
-}()
+let quietTestLogger = quietLogger("kafka-tests", level: .critical)
 
 let testLogger: Logger = {
     var logger = Logger(label: "kafka-tests")

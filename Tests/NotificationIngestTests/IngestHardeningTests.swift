@@ -14,7 +14,6 @@ import PipelineTestSupport
 /// refusal must be answered in the JSON shape (where the connection allows), counted, and end the connection.
 @Suite("Ingest against hostile clients", .serialized, .requiresKafka)
 struct IngestHardeningTests {
-    /// Short deadlines, so each experiment takes about a second.
     /// Short deadlines, so the slow-client tests finish quickly; a test of something else passes a longer request
     /// deadline, so that a loaded machine's slowness is never mistaken for the client's.
     static func start(requestTimeout: Duration = .seconds(1)) async throws -> RunningIngest {
@@ -23,6 +22,17 @@ struct IngestHardeningTests {
             $0.requestTimeout = requestTimeout
             $0.idleTimeout = .milliseconds(1_500)
         }
+    }
+
+    /// Sends `request` (nothing, for `nil`) on one connection to a new ingest and reads until the ingest closes it
+    /// (at most 5 s).
+    static func answerUntilClosed(_ request: String?) async throws -> (text: String, closed: Bool) {
+        let ingest = try await start()
+        let connection = try RawConnection(port: ingest.port)
+        if let request { #expect(connection.send(Array(request.utf8))) }
+        let answer = connection.readUntilClosed(seconds: 5)
+        try await ingest.stop()
+        return answer
     }
 
     @Test("a head trickled one byte every 0.2 s gets 408 and is closed at the request deadline")
@@ -46,21 +56,14 @@ struct IngestHardeningTests {
 
     @Test("a body announced as 100 bytes that sends 1: 408 and closed, not held while the client stays")
     func unfinishedBody() async throws {
-        let ingest = try await Self.start()
-        let connection = try RawConnection(port: ingest.port)
-        #expect(connection.send(Array("POST /v2/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{".utf8)))
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = try await Self.answerUntilClosed("POST /v2/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
         #expect(answer.closed && answer.text.hasPrefix("HTTP/1.1 408"), "\(answer.text)")
-        try await ingest.stop()
     }
 
     @Test("an idle connection is closed without an answer")
     func idleConnection() async throws {
-        let ingest = try await Self.start()
-        let connection = try RawConnection(port: ingest.port)
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = try await Self.answerUntilClosed(nil)
         #expect(answer.closed && answer.text.isEmpty, "\(answer.text)")
-        try await ingest.stop()
     }
 
     @Test("an oversize Content-Length is refused before its body, with and without Expect: 100-continue, and the connection closed")
@@ -107,12 +110,8 @@ struct IngestHardeningTests {
 
     @Test("HTTP/1.0 without keep-alive is answered and closed")
     func http10() async throws {
-        let ingest = try await Self.start()
-        let connection = try RawConnection(port: ingest.port)
-        #expect(connection.send(Array("GET /health/live HTTP/1.0\r\n\r\n".utf8)))
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = try await Self.answerUntilClosed("GET /health/live HTTP/1.0\r\n\r\n")
         #expect(answer.closed && answer.text.contains(" 200 "), "\(answer.text)")
-        try await ingest.stop()
     }
 
     @Test("framing errors, odd methods and Host headers: refused in the JSON shape and counted")

@@ -30,11 +30,7 @@ import Testing
 /// - S16 Sandbox, paid Jan 5 (must never show in Production figures).
 @Suite("Subscription metrics against a real PostgreSQL", .serialized, .requiresPostgres)
 struct SubscriptionMetricsTests {
-    static let logger: Logger = {
-        var logger = Logger(label: "metrics-tests")
-        logger.logLevel = .error
-        return logger
-    }()
+    static let logger = quietLogger("metrics-tests")
 
     let authority: TestCertificateAuthority
     let minter: NotificationMinter
