@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import Foundation
 import PipelineConfiguration
-import ServiceRuntime
 import SharedSettings
 
 /// Everything the customer API is configured with. The apps, roots, database, broker and App Store Server API
@@ -50,53 +49,92 @@ public struct CustomerAPIConfiguration: Sendable {
         self.shared = shared
     }
 
+    /// The customer API's own settings, each described once: the parser below, `customer-api --help` and
+    /// docs/customer-api.md's table read these (the shared ones are `PipelineSettings`').
+    enum Settings {
+        static let host = Setting.string("CUSTOMER_API_HOST", default: "0.0.0.0", "where the API listens")
+        static let port = Setting.int("CUSTOMER_API_PORT", default: 8082, range: 0...65535, "the API's port (0: any free port, for tests)")
+        static let opsPort = Setting.int("CUSTOMER_API_OPS_PORT", default: 8083, range: 0...65535, "`/health/live`, `/health/ready` (PostgreSQL with the schema current, a broker reachable) and `/metrics`, apart from the API")
+        static let applyTimeout = Setting.duration(
+            "CUSTOMER_API_APPLY_TIMEOUT", default: .seconds(5), range: .zero ... .seconds(120), deprecatedMilliseconds: "CUSTOMER_API_APPLY_TIMEOUT_MS",
+            "a purchase waits this long for a worker to apply it before 202")
+        static let maximumBodyBytes = Setting.int(
+            "CUSTOMER_API_MAX_BODY_BYTES", default: 65_536, range: 1_024...16 * 1_024 * 1_024, "larger bodies are refused with 413 (a purchase is about 6 KB)")
+        static let requestTimeout = Setting.duration(
+            "CUSTOMER_API_REQUEST_TIMEOUT", default: .seconds(15), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "CUSTOMER_API_REQUEST_TIMEOUT_MS",
+            "a request's head and body must arrive within this, or 408")
+        static let idleTimeout = Setting.duration(
+            "CUSTOMER_API_IDLE_TIMEOUT", default: .seconds(60), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_IDLE_TIMEOUT_MS",
+            "an idle connection is closed after this")
+        static let keyCache = Setting.duration(
+            "CUSTOMER_API_KEY_CACHE", default: .milliseconds(500), range: .zero ... .seconds(1), deprecatedMilliseconds: "CUSTOMER_API_KEY_CACHE_MS",
+            "a key's row is reused this long; a revoked key is refused after it (at most 1s)")
+        static let rateLimit = Setting.rate(
+            "CUSTOMER_API_RATE_LIMIT", default: 50, range: 0...1_000_000, "requests a second per key (a token bucket), then 429 with `Retry-After`; 0: no limit")
+        static let rateBurst = Setting.int("CUSTOMER_API_RATE_BURST", default: 100, range: 1...1_000_000, "requests a key may make at once before the rate applies")
+        static let authAttempts = Setting.rate(
+            "CUSTOMER_API_AUTH_ATTEMPTS", default: 10, range: 0...1_000_000,
+            "requests a second per client address whose key is not known good (unknown, revoked, malformed, or not yet seen), taken before the key is looked up; 0: no limit")
+        static let authBurst = Setting.int("CUSTOMER_API_AUTH_BURST", default: 50, range: 1...1_000_000, "and their burst")
+        static let orderCache = Setting.duration(
+            "CUSTOMER_API_ORDER_CACHE", default: .seconds(60), range: .zero ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_ORDER_CACHE_MS",
+            "Apple's answer to Look Up Order ID is reused this long for the same order")
+        static let appleTokenRetry = Setting.duration(
+            "CUSTOMER_API_APPLE_TOKEN_RETRY", default: .seconds(30), range: .seconds(1) ... .seconds(86_400), deprecatedMilliseconds: "CUSTOMER_API_APPLE_TOKEN_RETRY_MS",
+            "Set App Account Token is tried again this often, in the background, for new owners Apple has not been told yet")
+        static let ownershipPolicy = Setting<OwnershipPolicy>(
+            SettingDescription(variable: "OWNERSHIP_POLICY", summary: "who owns a purchase claimed by a second customer: `transfer`, `keep` or `transfer-if-inactive`", defaultText: "transfer")
+        ) { environment throws(ConfigurationError) in
+            guard let text = environment.optionalString("OWNERSHIP_POLICY") else { return .transfer }
+            guard let policy = OwnershipPolicy(rawValue: text) else {
+                throw ConfigurationError(variable: "OWNERSHIP_POLICY", reason: "\(UntrustedText.quoted(text)) is not transfer, keep or transfer-if-inactive")
+            }
+            return policy
+        }
+        static let ownershipPolicyByApp = SettingDescription(
+            variable: "OWNERSHIP_POLICY_BY_APP", summary: "per app, over `OWNERSHIP_POLICY`: `bundleA=keep,bundleB=transfer-if-inactive` (each an app of `APPS`)",
+            defaultText: nil)
+
+        static let catalog = SettingsCatalog(component: "customer-api", settings: [
+            host.description, port.description, opsPort.description, applyTimeout.description, maximumBodyBytes.description,
+            requestTimeout.description, idleTimeout.description, keyCache.description, rateLimit.description, rateBurst.description,
+            authAttempts.description, authBurst.description, orderCache.description, appleTokenRetry.description,
+            ownershipPolicy.description, ownershipPolicyByApp,
+        ])
+    }
+
+    /// The customer API's own settings, for `--help`, the docs and `pipelinectl settings customer-api`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
     /// The environment variables the customer API reads (for `--help`, the docs and the deployment check).
-    public static let environmentKeys = [
-        "CUSTOMER_API_HOST", "CUSTOMER_API_PORT", "CUSTOMER_API_OPS_PORT", "CUSTOMER_API_APPLY_TIMEOUT", "CUSTOMER_API_APPLY_TIMEOUT_MS", "CUSTOMER_API_MAX_BODY_BYTES",
-        "CUSTOMER_API_REQUEST_TIMEOUT", "CUSTOMER_API_REQUEST_TIMEOUT_MS", "CUSTOMER_API_IDLE_TIMEOUT", "CUSTOMER_API_IDLE_TIMEOUT_MS", "CUSTOMER_API_KEY_CACHE", "CUSTOMER_API_KEY_CACHE_MS", "CUSTOMER_API_RATE_LIMIT", "CUSTOMER_API_RATE_BURST",
-        "CUSTOMER_API_ORDER_CACHE", "CUSTOMER_API_ORDER_CACHE_MS", "CUSTOMER_API_APPLE_TOKEN_RETRY", "CUSTOMER_API_APPLE_TOKEN_RETRY_MS", "CUSTOMER_API_AUTH_ATTEMPTS", "CUSTOMER_API_AUTH_BURST", "OWNERSHIP_POLICY", "OWNERSHIP_POLICY_BY_APP",
-    ] + PipelineSettings.environmentKeys
+    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> CustomerAPIConfiguration {
         let shared = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-customer-api")
         var configuration = CustomerAPIConfiguration(shared: shared)
-        configuration.host = environment.string("CUSTOMER_API_HOST", default: configuration.host)
-        configuration.port = try environment.int("CUSTOMER_API_PORT", default: configuration.port, range: 0...65535)
-        configuration.opsPort = try environment.int("CUSTOMER_API_OPS_PORT", default: configuration.opsPort, range: 0...65535)
-        configuration.applyTimeout = try environment.duration("CUSTOMER_API_APPLY_TIMEOUT", default: configuration.applyTimeout, range: .zero ... .seconds(120), deprecatedMilliseconds: "CUSTOMER_API_APPLY_TIMEOUT_MS")
-        configuration.maximumBodyBytes = try environment.int("CUSTOMER_API_MAX_BODY_BYTES", default: configuration.maximumBodyBytes, range: 1_024...16 * 1_024 * 1_024)
-        configuration.requestTimeout = try environment.duration("CUSTOMER_API_REQUEST_TIMEOUT", default: configuration.requestTimeout, range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "CUSTOMER_API_REQUEST_TIMEOUT_MS")
-        configuration.idleTimeout = try environment.duration("CUSTOMER_API_IDLE_TIMEOUT", default: configuration.idleTimeout, range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_IDLE_TIMEOUT_MS")
-        configuration.keyCache = try environment.duration("CUSTOMER_API_KEY_CACHE", default: configuration.keyCache, range: .zero ... .seconds(1), deprecatedMilliseconds: "CUSTOMER_API_KEY_CACHE_MS")
-        if let text = environment.optionalString("CUSTOMER_API_RATE_LIMIT") {
-            guard let rate = Double(text), rate >= 0, rate <= 1_000_000 else {
-                throw ConfigurationError(variable: "CUSTOMER_API_RATE_LIMIT", reason: "\(UntrustedText.quoted(text, limit: 40)) is not a number of requests a second (0: no limit)")
-            }
-            configuration.rateLimitPerSecond = rate
-        }
-        configuration.rateBurst = try environment.int("CUSTOMER_API_RATE_BURST", default: configuration.rateBurst, range: 1...1_000_000)
-        if let text = environment.optionalString("CUSTOMER_API_AUTH_ATTEMPTS") {
-            guard let rate = Double(text), rate >= 0, rate <= 1_000_000 else {
-                throw ConfigurationError(variable: "CUSTOMER_API_AUTH_ATTEMPTS", reason: "\(UntrustedText.quoted(text, limit: 40)) is not a number a second (0: no limit)")
-            }
-            configuration.authAttemptsPerSecond = rate
-        }
-        configuration.authAttemptsBurst = try environment.int("CUSTOMER_API_AUTH_BURST", default: configuration.authAttemptsBurst, range: 1...1_000_000)
-        configuration.orderCache = try environment.duration("CUSTOMER_API_ORDER_CACHE", default: configuration.orderCache, range: .zero ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_ORDER_CACHE_MS")
-        configuration.appleTokenRetry = try environment.duration("CUSTOMER_API_APPLE_TOKEN_RETRY", default: configuration.appleTokenRetry, range: .seconds(1) ... .seconds(86_400), deprecatedMilliseconds: "CUSTOMER_API_APPLE_TOKEN_RETRY_MS")
-        if let text = environment.optionalString("OWNERSHIP_POLICY") {
-            guard let policy = OwnershipPolicy(rawValue: text) else {
-                throw ConfigurationError(variable: "OWNERSHIP_POLICY", reason: "\(UntrustedText.quoted(text)) is not transfer, keep or transfer-if-inactive")
-            }
-            configuration.ownershipPolicy = policy
-        }
-        for pair in (environment.optionalString("OWNERSHIP_POLICY_BY_APP") ?? "").split(separator: ",") {
+        configuration.host = try Settings.host.read(environment)
+        configuration.port = try Settings.port.read(environment)
+        configuration.opsPort = try Settings.opsPort.read(environment)
+        configuration.applyTimeout = try Settings.applyTimeout.read(environment)
+        configuration.maximumBodyBytes = try Settings.maximumBodyBytes.read(environment)
+        configuration.requestTimeout = try Settings.requestTimeout.read(environment)
+        configuration.idleTimeout = try Settings.idleTimeout.read(environment)
+        configuration.keyCache = try Settings.keyCache.read(environment)
+        configuration.rateLimitPerSecond = try Settings.rateLimit.read(environment)
+        configuration.rateBurst = try Settings.rateBurst.read(environment)
+        configuration.authAttemptsPerSecond = try Settings.authAttempts.read(environment)
+        configuration.authAttemptsBurst = try Settings.authBurst.read(environment)
+        configuration.orderCache = try Settings.orderCache.read(environment)
+        configuration.appleTokenRetry = try Settings.appleTokenRetry.read(environment)
+        configuration.ownershipPolicy = try Settings.ownershipPolicy.read(environment)
+        let byApp = Settings.ownershipPolicyByApp.variable
+        for pair in (environment.optionalString(byApp) ?? "").split(separator: ",") {
             let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
             guard parts.count == 2, let policy = OwnershipPolicy(rawValue: parts[1]) else {
-                throw ConfigurationError(variable: "OWNERSHIP_POLICY_BY_APP", reason: "\(UntrustedText.quoted(String(pair))) is not bundleId=transfer|keep|transfer-if-inactive")
+                throw ConfigurationError(variable: byApp, reason: "\(UntrustedText.quoted(String(pair))) is not bundleId=transfer|keep|transfer-if-inactive")
             }
             guard shared.apps.contains(where: { $0.bundleId == parts[0] }) else {
-                throw ConfigurationError(variable: "OWNERSHIP_POLICY_BY_APP", reason: "\(UntrustedText.quoted(parts[0])) is not an app of APPS")
+                throw ConfigurationError(variable: byApp, reason: "\(UntrustedText.quoted(parts[0])) is not an app of APPS")
             }
             configuration.ownershipPolicyByApp[parts[0]] = policy
         }
@@ -110,25 +148,11 @@ public struct CustomerAPIConfiguration: Sendable {
 
     /// `customer-api --help`.
     public static let help = """
-        customer-api: the app backend's API (purchases at once, customer lookups). Configured by the environment:
-          CUSTOMER_API_HOST, CUSTOMER_API_PORT      where the API listens (0.0.0.0, 8082)
-          CUSTOMER_API_OPS_PORT                     /health/live, /health/ready, /metrics (8083)
-          CUSTOMER_API_APPLY_TIMEOUT                a purchase waits this long for a worker before 202 (5s)
-          CUSTOMER_API_MAX_BODY_BYTES               larger bodies get 413 (65536)
-          CUSTOMER_API_REQUEST_TIMEOUT              a request's head and body must arrive within this, or 408 (15s)
-          CUSTOMER_API_IDLE_TIMEOUT                 an idle connection is closed after this (1m)
-          CUSTOMER_API_KEY_CACHE                    a key's row is reused this long; a revoked key is refused after it (500ms, at most 1s)
-          CUSTOMER_API_RATE_LIMIT                   requests a second per key, then 429 + Retry-After (50; 0: no limit)
-          CUSTOMER_API_RATE_BURST                   requests a key may make at once before the rate applies (100)
-          CUSTOMER_API_AUTH_ATTEMPTS                requests a second per client address with a key not known good, before the database (10; 0: no limit)
-          CUSTOMER_API_AUTH_BURST                   and their burst (50)
-          CUSTOMER_API_ORDER_CACHE                  Apple's Look Up Order ID answer is reused this long (1m)
-          CUSTOMER_API_APPLE_TOKEN_RETRY            Set App Account Token is retried in the background this often (30s)
-          OWNERSHIP_POLICY                          transfer | keep | transfer-if-inactive (transfer)
-          OWNERSHIP_POLICY_BY_APP                   per app: bundleA=keep,bundleB=transfer-if-inactive
-          APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*
-                                                    read exactly as the worker reads them
-          LOG_LEVEL                                 trace, debug, info (default), notice, warning, error, critical
+        customer-api: the app backend's API (purchases at once, customer lookups). Configured by the environment
+        (durations as 500ms, 10s, 5m). Its own settings:
+        \(Settings.catalog.helpLines)
+        Shared with the worker and read exactly as it reads them: APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE,
+        NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*. LOG_LEVEL: trace, debug, info (default), notice, warning, error, critical.
         Keys: pipelinectl api-keys create --name N [--bundle-id B]... [--scope read|write]. Spec: docs/customer-api.yaml.
         """
 }

@@ -167,13 +167,13 @@ extension WorkerConfiguration {
           ERASURE_KEY_FILE, ERASURE_KEY    the erasure suppression list's secret (docs/privacy.md)
           CONSENT_RESCINDED_ERASES         a RESCIND_CONSENT erases what its app transaction links to (false)
           VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT   OCSP checks of every chain (off, 1h, 5s)
-          EVENTS_ENABLED, EVENTS_TOPIC, EVENTS_TOPIC_PARTITIONS, EVENTS_OUTBOX_RETENTION, EVENTS_RELAY_BATCH_SIZE, EVENTS_RELAY_INTERVAL
-                                           entitlement events and their relay (docs/events.md)
           APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
           ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
           CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,
           WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
+        Entitlement events and their relay (docs/events.md):
+        \(EventsConfiguration.catalog.helpLines)
         docs/worker.md.
         """
     }

@@ -49,6 +49,20 @@ extension Setting where Value == Int {
     }
 }
 
+extension Setting where Value == Double {
+    /// A rate (a number a second, fractions allowed) within `range`; `0` where the range allows it turns a limit off.
+    public static func rate(_ variable: String, default value: Double, range: ClosedRange<Double>, _ summary: String) -> Self {
+        Self(SettingDescription(variable: variable, summary: summary, defaultText: value.rounded() == value ? String(Int(value)) : String(value))) {
+            environment throws(ConfigurationError) in
+            guard let text = environment.optionalString(variable) else { return value }
+            guard let rate = Double(text), range.contains(rate) else {
+                throw ConfigurationError(variable: variable, reason: "\"\(text.prefix(40))\" is not a number a second from \(Int(range.lowerBound)) to \(Int(range.upperBound))")
+            }
+            return rate
+        }
+    }
+}
+
 extension Setting where Value == Bool {
     public static func bool(_ variable: String, default value: Bool, _ summary: String) -> Self {
         Self(SettingDescription(variable: variable, summary: summary, defaultText: String(value))) { environment throws(ConfigurationError) in

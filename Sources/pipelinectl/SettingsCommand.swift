@@ -1,15 +1,19 @@
 import ArgumentParser
+import CustomerAPI
+import EntitlementEvents
 import NotificationIngest
 import NotificationWorker
 
-/// `pipelinectl settings ingest|worker [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
+/// `pipelinectl settings ingest|worker|events|customer-api [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
 /// The table in docs/<service>.md is this output; a test holds the two equal.
 struct SettingsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settings", abstract: "Print a service's settings (variable, default, meaning), or the docs' Markdown table.")
 
     /// The services whose settings are described declaratively (one description per setting).
-    static let catalogs = Dictionary(uniqueKeysWithValues: [IngestConfiguration.catalog, WorkerConfiguration.catalog].map { ($0.component, $0) })
+    static let catalogs = Dictionary(uniqueKeysWithValues: [
+        IngestConfiguration.catalog, WorkerConfiguration.catalog, EventsConfiguration.catalog, CustomerAPIConfiguration.catalog,
+    ].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")
     var service: String

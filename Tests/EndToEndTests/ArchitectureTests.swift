@@ -1,3 +1,5 @@
+import CustomerAPI
+import EntitlementEvents
 import Foundation
 import NotificationIngest
 import NotificationWorker
@@ -64,6 +66,8 @@ struct SettingsDocumentationTests {
         arguments: [
             ("ingest", "docs/ingest.md", IngestConfiguration.catalog, IngestConfiguration.environmentKeys),
             ("worker", "docs/worker.md", WorkerConfiguration.catalog, WorkerConfiguration.environmentKeys),
+            ("events", "docs/events.md", EventsConfiguration.catalog, WorkerConfiguration.environmentKeys),
+            ("customer-api", "docs/customer-api.md", CustomerAPIConfiguration.catalog, CustomerAPIConfiguration.environmentKeys),
         ])
     func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)
