@@ -45,61 +45,97 @@ public struct ConsoleConfiguration: Sendable {
         self.shared = shared
     }
 
-    public static let environmentKeys = [
-        "CONSOLE_HOST", "CONSOLE_PORT", "CONSOLE_OPS_PORT", "CONSOLE_SESSION_IDLE", "CONSOLE_ALLOW_HTTP", "CONSOLE_LOGIN_ATTEMPTS", "CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", "CONSOLE_LOGIN_WINDOW",
-        "CONSOLE_TRUST_FORWARDED_FOR", "CONSOLE_TRUSTED_PROXIES", "CONSOLE_SESSION_MAX", "CONSOLE_IDLE_TIMEOUT", "CONSOLE_REQUEST_TIMEOUT",
-        "CONSOLE_PAGE_SIZE", "CONSOLE_TRACE_URL",
-    ] + PipelineSettings.environmentKeys
-
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> ConsoleConfiguration {
-        var configuration = ConsoleConfiguration(shared: try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-console"))
-        configuration.host = environment.string("CONSOLE_HOST", default: configuration.host)
-        configuration.port = try environment.int("CONSOLE_PORT", default: configuration.port, range: 0...65535)
-        configuration.opsPort = try environment.int("CONSOLE_OPS_PORT", default: configuration.opsPort, range: 0...65535)
-        configuration.sessionIdle = try environment.duration("CONSOLE_SESSION_IDLE", default: configuration.sessionIdle)
-        configuration.allowHTTP = try environment.bool("CONSOLE_ALLOW_HTTP", default: false)
-        configuration.loginAttempts = try environment.int("CONSOLE_LOGIN_ATTEMPTS", default: configuration.loginAttempts, range: 1...10_000)
-        configuration.loginAttemptsPerAddress = try environment.int("CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", default: configuration.loginAttemptsPerAddress, range: 1...100_000)
-        configuration.trustForwardedFor = try environment.bool("CONSOLE_TRUST_FORWARDED_FOR", default: false)
-        configuration.loginWindow = try environment.duration("CONSOLE_LOGIN_WINDOW", default: configuration.loginWindow)
-        for text in environment.list("CONSOLE_TRUSTED_PROXIES", default: []) {
-            guard let range = AddressRange(text) else {
-                throw ConfigurationError(variable: "CONSOLE_TRUSTED_PROXIES", reason: "\(UntrustedText.quoted(text, limit: 60)) is not an IP address or CIDR range")
+    /// The console's own settings, each described once: the parser below, `console --help` and docs/console.md's
+    /// table read these (the shared ones are `PipelineSettings`').
+    enum Settings {
+        static let host = Setting.string("CONSOLE_HOST", default: "0.0.0.0", "where the pages are served")
+        static let port = Setting.int("CONSOLE_PORT", default: 8090, range: 0...65535, "the pages' port (0: any free port, for tests)")
+        static let opsPort = Setting.int("CONSOLE_OPS_PORT", default: 8091, range: 0...65535, "`/health/live`, `/health/ready` (PostgreSQL answers, schema current), `/metrics`")
+        static let sessionIdle = Setting.duration("CONSOLE_SESSION_IDLE", default: .seconds(30 * 60), "a session unused this long is over (`90s`, `30m`, `8h`)")
+        static let sessionMaximum = Setting.duration("CONSOLE_SESSION_MAX", default: .seconds(12 * 3600), "a session ends this long after sign-in, however busy")
+        static let allowHTTP = Setting.bool(
+            "CONSOLE_ALLOW_HTTP", default: false,
+            "serve plain http (loopback, tests); otherwise every request must carry `X-Forwarded-Proto: https` from the TLS proxy in front, or it is refused (403 `httpsRequired`)")
+        static let loginAttempts = Setting.int(
+            "CONSOLE_LOGIN_ATTEMPTS", default: 10, range: 1...10_000,
+            "sign-in attempts per (account, address) in the window before 429 with `Retry-After`; past them each further attempt on the account waits a growing delay (1 s, 2 s, 4 s … at most 60 s): a delay, never a lock anyone could cause")
+        static let loginAttemptsPerAddress = Setting.int(
+            "CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS", default: 50, range: 1...100_000, "sign-in attempts per client address in the window (several operators may share one)")
+        static let loginWindow = Setting.duration("CONSOLE_LOGIN_WINDOW", default: .seconds(15 * 60), "the window of those attempts")
+        static let trustForwardedFor = Setting.bool(
+            "CONSOLE_TRUST_FORWARDED_FOR", default: false,
+            "behind proxies: the client is the address the nearest trusted proxy saw (`X-Forwarded-For` read from the right); alone, the connection's peer is the one trusted proxy")
+        static let trustedProxies = Setting<[AddressRange]>(
+            SettingDescription(
+                variable: "CONSOLE_TRUSTED_PROXIES", summary: "our proxies' addresses or CIDR ranges, comma-separated, skipped when `X-Forwarded-For` is read; never the header's client-written leftmost entry",
+                defaultText: nil)
+        ) { environment throws(ConfigurationError) in
+            var ranges: [AddressRange] = []
+            for text in environment.list("CONSOLE_TRUSTED_PROXIES", default: []) {
+                guard let range = AddressRange(text) else {
+                    throw ConfigurationError(variable: "CONSOLE_TRUSTED_PROXIES", reason: "\(UntrustedText.quoted(text, limit: 60)) is not an IP address or CIDR range")
+                }
+                ranges.append(range)
             }
-            configuration.trustedProxies.append(range)
+            return ranges
         }
-        configuration.sessionMaximum = try environment.duration("CONSOLE_SESSION_MAX", default: configuration.sessionMaximum)
-        configuration.idleTimeout = try environment.duration("CONSOLE_IDLE_TIMEOUT", default: configuration.idleTimeout)
-        configuration.requestTimeout = try environment.duration("CONSOLE_REQUEST_TIMEOUT", default: configuration.requestTimeout)
-        configuration.pageSize = try environment.int("CONSOLE_PAGE_SIZE", default: configuration.pageSize, range: 5...500)
-        if let template = environment.optionalString("CONSOLE_TRACE_URL") {
+        static let idleTimeout = Setting.duration(
+            "CONSOLE_IDLE_TIMEOUT", default: .seconds(60), "idle connections are closed after this (the connection guard ingest and the customer API use)")
+        static let requestTimeout = Setting.duration(
+            "CONSOLE_REQUEST_TIMEOUT", default: .seconds(15), "a request's head and body must arrive within this, or 408; bodies over 256 KiB are refused (413)")
+        static let pageSize = Setting.int("CONSOLE_PAGE_SIZE", default: 50, range: 5...500, "timeline rows per page")
+        static let traceURL = Setting<String?>(
+            SettingDescription(
+                variable: "CONSOLE_TRACE_URL", summary: "where a trace id links to, `{traceId}` standing for it (Jaeger: `http://localhost:16686/trace/{traceId}`); unset, the id is shown as text",
+                defaultText: nil)
+        ) { environment throws(ConfigurationError) in
+            guard let template = environment.optionalString("CONSOLE_TRACE_URL") else { return nil }
             guard template.contains("{traceId}"), template.hasPrefix("http://") || template.hasPrefix("https://") else {
                 throw ConfigurationError(variable: "CONSOLE_TRACE_URL", reason: "must be an http(s) URL containing {traceId}")
             }
-            configuration.traceURLTemplate = template
+            return template
         }
+
+        static let catalog = SettingsCatalog(component: "console", settings: [
+            host.description, port.description, opsPort.description, sessionIdle.description, sessionMaximum.description, allowHTTP.description,
+            loginAttempts.description, loginAttemptsPerAddress.description, loginWindow.description, trustForwardedFor.description,
+            trustedProxies.description, idleTimeout.description, requestTimeout.description, pageSize.description, traceURL.description,
+        ])
+    }
+
+    /// The console's own settings, for `--help`, the docs and `pipelinectl settings console`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
+    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> ConsoleConfiguration {
+        var configuration = ConsoleConfiguration(shared: try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-console"))
+        configuration.host = try Settings.host.read(environment)
+        configuration.port = try Settings.port.read(environment)
+        configuration.opsPort = try Settings.opsPort.read(environment)
+        configuration.sessionIdle = try Settings.sessionIdle.read(environment)
+        configuration.sessionMaximum = try Settings.sessionMaximum.read(environment)
+        configuration.allowHTTP = try Settings.allowHTTP.read(environment)
+        configuration.loginAttempts = try Settings.loginAttempts.read(environment)
+        configuration.loginAttemptsPerAddress = try Settings.loginAttemptsPerAddress.read(environment)
+        configuration.loginWindow = try Settings.loginWindow.read(environment)
+        configuration.trustForwardedFor = try Settings.trustForwardedFor.read(environment)
+        configuration.trustedProxies = try Settings.trustedProxies.read(environment)
+        configuration.idleTimeout = try Settings.idleTimeout.read(environment)
+        configuration.requestTimeout = try Settings.requestTimeout.read(environment)
+        configuration.pageSize = try Settings.pageSize.read(environment)
+        configuration.traceURLTemplate = try Settings.traceURL.read(environment)
         return configuration
     }
 
     /// `console --help`.
     public static let help = """
-        console: the operator console (a customer's whole story, dead letters, actions). Configured by the environment:
-          CONSOLE_HOST, CONSOLE_PORT        where the pages are served (0.0.0.0, 8090)
-          CONSOLE_OPS_PORT                  /health/live, /health/ready, /metrics (8091)
-          CONSOLE_SESSION_IDLE              a session unused this long ends (30m)
-          CONSOLE_ALLOW_HTTP                true: serve plain http (loopback); otherwise only behind TLS (X-Forwarded-Proto: https)
-          CONSOLE_LOGIN_ATTEMPTS            failed logins per account in the window before 429 (10)
-          CONSOLE_LOGIN_ATTEMPTS_PER_ADDRESS  and per client address (50)
-          CONSOLE_TRUST_FORWARDED_FOR       true: behind one proxy, the client is the address it saw (X-Forwarded-For's last)
-          CONSOLE_TRUSTED_PROXIES           our proxies (addresses, CIDR ranges): the client is the address the nearest of them saw
-          CONSOLE_SESSION_MAX               a session ends this long after sign-in (12h)
-          CONSOLE_IDLE_TIMEOUT, CONSOLE_REQUEST_TIMEOUT   idle connections closed (60s); a request's head and body within (15s) or 408
-          CONSOLE_LOGIN_WINDOW              that window (15m)
-          CONSOLE_PAGE_SIZE                 timeline rows per page (50)
-          CONSOLE_TRACE_URL                 a trace id's link, {traceId} standing for it (e.g. http://localhost:16686/trace/{traceId})
-          APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE, NOTIFICATIONS_TOPIC, KAFKA_*
-                                            read exactly as the worker reads them
-          LOG_LEVEL                         trace, debug, info (default), notice, warning, error, critical
+        console: the operator console (a customer's whole story, dead letters, actions). Configured by the environment
+        (durations as 500ms, 10s, 5m). Its own settings:
+        \(Settings.catalog.helpLines)
+        Shared with the worker and read exactly as it reads them: APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE,
+        NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_* (the App Store Server API key enables "Reconcile with Apple now").
+        LOG_LEVEL: trace, debug, info (default), notice, warning, error, critical.
         Operators: pipelinectl operators add --email E --role viewer|support|admin (prints a one-time password). docs/console.md.
         """
 }

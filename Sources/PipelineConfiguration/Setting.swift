@@ -72,9 +72,10 @@ extension Setting where Value == Bool {
 }
 
 extension Setting where Value == Duration {
-    /// A duration (`500ms`, `10s`); `deprecatedMilliseconds` names the older `…_MS` variable still read.
+    /// A duration (`500ms`, `10s`), within `range` when one is given; `deprecatedMilliseconds` names the older `…_MS`
+    /// variable still read.
     public static func duration(
-        _ variable: String, default value: Duration, range: ClosedRange<Duration>, deprecatedMilliseconds: String? = nil, _ summary: String
+        _ variable: String, default value: Duration, range: ClosedRange<Duration>? = nil, deprecatedMilliseconds: String? = nil, _ summary: String
     ) -> Self {
         Self(SettingDescription(variable: variable, summary: summary, defaultText: DurationText.text(value), deprecated: deprecatedMilliseconds)) {
             environment throws(ConfigurationError) in

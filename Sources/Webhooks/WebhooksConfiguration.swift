@@ -57,48 +57,89 @@ public struct WebhooksConfiguration: Sendable {
         self.kafka = kafka
     }
 
-    public static let environmentKeys = [
-        "EVENTS_TOPIC", "WEBHOOKS_GROUP_ID", "WEBHOOKS_OPS_HOST", "WEBHOOKS_OPS_PORT", "WEBHOOK_TIMEOUT", "WEBHOOK_TIMEOUT_MS", "WEBHOOKS_ALLOW_PRIVATE_TARGETS",
-        "WEBHOOK_RETRY_SCHEDULE", "WEBHOOK_DISABLE_AFTER_FAILURES", "WEBHOOK_SECRET_ROTATION_OVERLAP", "WEBHOOK_DELIVERY_RETENTION", "WEBHOOKS_CONCURRENCY", "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT",
-        "WEBHOOKS_POLL_INTERVAL", "WEBHOOKS_POLL_INTERVAL_MS", "WEBHOOKS_STORE_TIMEOUT", "WEBHOOKS_STORE_TIMEOUT_MS", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY",
-    ] + KafkaEnvironment.keys
-
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
-        var configuration = WebhooksConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-webhooks"))
-        configuration.eventsTopic = environment.string("EVENTS_TOPIC", default: configuration.eventsTopic)
-        configuration.groupId = environment.string("WEBHOOKS_GROUP_ID", default: configuration.groupId)
-        configuration.opsHost = environment.string("WEBHOOKS_OPS_HOST", default: configuration.opsHost)
-        configuration.opsPort = try environment.int("WEBHOOKS_OPS_PORT", default: configuration.opsPort, range: 0...65535)
-        configuration.timeout = try environment.duration("WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS")
-        configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
-        if let text = environment.optionalString("WEBHOOK_RETRY_SCHEDULE") {
+    /// The webhooks service's own settings, each described once: the parser below, `webhooks --help` and
+    /// docs/webhooks.md's table read these (`pipelinectl webhooks` reads three of them too).
+    enum Settings {
+        static let groupId = Setting.string("WEBHOOKS_GROUP_ID", default: "webhooks", "the consumer group every webhooks process joins (they share the partitions)")
+        static let opsHost = Setting.string("WEBHOOKS_OPS_HOST", default: "0.0.0.0", "where `/health/live`, `/health/ready` and `/metrics` are served")
+        static let opsPort = Setting.int("WEBHOOKS_OPS_PORT", default: 8084, range: 0...65535, "the ops port")
+        static let timeout = Setting.duration(
+            "WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS",
+            "a 2xx within this is a success; anything else, or nothing, a failure")
+        static let allowPrivateTargets = Setting.bool(
+            "WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false, "deliver to loopback and private addresses (tests, local compose; also read by `pipelinectl webhooks add`)")
+        static let retrySchedule = Setting<[Duration]>(
+            SettingDescription(
+                variable: "WEBHOOK_RETRY_SCHEDULE", summary: "delays before each retry, ±20 % jitter; after the last the delivery is dead (about 3 days; `1s,1s,1s` in tests)",
+                defaultText: "5s,5m,30m,2h,5h,10h,10h,10h,10h,10h,14h")
+        ) { environment throws(ConfigurationError) in
+            guard let text = environment.optionalString("WEBHOOK_RETRY_SCHEDULE") else { return WebhooksConfiguration.defaultRetrySchedule }
             let delays = text.split(separator: ",").map { DurationText.milliseconds($0.trimmingCharacters(in: .whitespaces)) }
             guard !delays.isEmpty, delays.allSatisfy({ ($0 ?? 0) > 0 }) else {
                 throw ConfigurationError(variable: "WEBHOOK_RETRY_SCHEDULE", reason: "\(UntrustedText.quoted(text, limit: 200)) is not a comma-separated list of durations (5s,5m,30m,2h)")
             }
-            configuration.retrySchedule = delays.map { .milliseconds($0!) }
+            return delays.map { .milliseconds($0!) }
         }
-        configuration.disableAfterFailures = try environment.int("WEBHOOK_DISABLE_AFTER_FAILURES", default: configuration.disableAfterFailures, range: 1...10_000)
-        configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
-        configuration.deliveryRetention = try environment.duration("WEBHOOK_DELIVERY_RETENTION", default: configuration.deliveryRetention)
+        static let disableAfterFailures = Setting.int(
+            "WEBHOOK_DISABLE_AFTER_FAILURES", default: 5, range: 1...10_000, "dead deliveries in a row that disable an endpoint")
+        static let secretRotationOverlap = Setting.duration(
+            "WEBHOOK_SECRET_ROTATION_OVERLAP", default: .seconds(24 * 3600), "how long the old secret keeps signing after `rotate-secret` (read by pipelinectl)")
+        static let deliveryRetention = Setting.duration(
+            "WEBHOOK_DELIVERY_RETENTION", default: .seconds(30 * 86_400), "finished deliveries and their attempts are pruned after this")
+        static let concurrency = Setting.int("WEBHOOKS_CONCURRENCY", default: 16, range: 1...256, "attempts in flight per process (different subscriptions or endpoints)")
+        static let maximumInFlightPerEndpoint = Setting.int(
+            "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: 8, range: 1...256,
+            "attempts one endpoint may have in flight, every process together, so a slow endpoint cannot take every slot")
+        static let pollInterval = Setting.duration(
+            "WEBHOOKS_POLL_INTERVAL", default: .milliseconds(200), range: .milliseconds(10) ... .seconds(60), deprecatedMilliseconds: "WEBHOOKS_POLL_INTERVAL_MS",
+            "how often due deliveries are looked for when none were")
+        static let storeTimeout = Setting.duration(
+            "WEBHOOKS_STORE_TIMEOUT", default: .seconds(15), range: .seconds(1) ... .seconds(600), deprecatedMilliseconds: "WEBHOOKS_STORE_TIMEOUT_MS",
+            "the longest a database step (claim, record, enqueue) may take before it is retried: a query on a connection PostgreSQL dropped can otherwise wait for good")
+        static let postgresPoolSize = Setting.int("POSTGRES_POOL_SIZE", default: 8, range: 1...100, "connections to `POSTGRES_URL` (required) per process")
+
+        static let catalog = SettingsCatalog(component: "webhooks", settings: [
+            groupId.description, opsHost.description, opsPort.description, timeout.description, allowPrivateTargets.description,
+            retrySchedule.description, disableAfterFailures.description, secretRotationOverlap.description, deliveryRetention.description,
+            concurrency.description, maximumInFlightPerEndpoint.description, pollInterval.description, storeTimeout.description,
+            postgresPoolSize.description,
+        ])
+    }
+
+    /// The webhooks service's own settings, for `--help`, the docs and `pipelinectl settings webhooks`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
+    public static let environmentKeys = Settings.catalog.environmentKeys
+        + ["EVENTS_TOPIC", "POSTGRES_URL", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY"] + KafkaEnvironment.keys
+
+    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
+        var configuration = try toolSettings(environment, kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-webhooks"))
+        configuration.eventsTopic = environment.string("EVENTS_TOPIC", default: configuration.eventsTopic)
+        configuration.groupId = try Settings.groupId.read(environment)
+        configuration.opsHost = try Settings.opsHost.read(environment)
+        configuration.opsPort = try Settings.opsPort.read(environment)
+        configuration.retrySchedule = try Settings.retrySchedule.read(environment)
+        configuration.disableAfterFailures = try Settings.disableAfterFailures.read(environment)
+        configuration.deliveryRetention = try Settings.deliveryRetention.read(environment)
         configuration.erasureKey = try PipelineSettings.erasureKey(environment)
-        configuration.concurrency = try environment.int("WEBHOOKS_CONCURRENCY", default: configuration.concurrency, range: 1...256)
-        configuration.maximumInFlightPerEndpoint = try environment.int(
-            "WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT", default: configuration.maximumInFlightPerEndpoint, range: 1...256)
-        configuration.pollInterval = try environment.duration("WEBHOOKS_POLL_INTERVAL", default: .milliseconds(200), range: .milliseconds(10) ... .seconds(60), deprecatedMilliseconds: "WEBHOOKS_POLL_INTERVAL_MS")
-        configuration.storeTimeout = try environment.duration("WEBHOOKS_STORE_TIMEOUT", default: .seconds(15), range: .seconds(1) ... .seconds(600), deprecatedMilliseconds: "WEBHOOKS_STORE_TIMEOUT_MS")
+        configuration.concurrency = try Settings.concurrency.read(environment)
+        configuration.maximumInFlightPerEndpoint = try Settings.maximumInFlightPerEndpoint.read(environment)
+        configuration.pollInterval = try Settings.pollInterval.read(environment)
+        configuration.storeTimeout = try Settings.storeTimeout.read(environment)
         configuration.postgresURL = try environment.required("POSTGRES_URL")
-        configuration.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: configuration.postgresPoolSize, range: 1...100)
+        configuration.postgresPoolSize = try Settings.postgresPoolSize.read(environment)
         return configuration
     }
 
     /// What `pipelinectl webhooks` reads (it needs no broker for most commands): the private-target rule, the
     /// rotation overlap and the timeout, with the service's defaults.
-    public static func toolSettings(_ environment: EnvironmentReader) throws(ConfigurationError) -> WebhooksConfiguration {
-        var configuration = WebhooksConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl"))
-        configuration.allowPrivateTargets = try environment.bool("WEBHOOKS_ALLOW_PRIVATE_TARGETS", default: false)
-        configuration.secretRotationOverlap = try environment.duration("WEBHOOK_SECRET_ROTATION_OVERLAP", default: configuration.secretRotationOverlap)
-        configuration.timeout = try environment.duration("WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS")
+    public static func toolSettings(
+        _ environment: EnvironmentReader, kafka: KafkaClientConfigurationValues = KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl")
+    ) throws(ConfigurationError) -> WebhooksConfiguration {
+        var configuration = WebhooksConfiguration(kafka: kafka)
+        configuration.allowPrivateTargets = try Settings.allowPrivateTargets.read(environment)
+        configuration.secretRotationOverlap = try Settings.secretRotationOverlap.read(environment)
+        configuration.timeout = try Settings.timeout.read(environment)
         return configuration
     }
 
@@ -131,22 +172,13 @@ public struct WebhooksConfiguration: Sendable {
 
     /// `webhooks --help`.
     public static let help = """
-        webhooks: delivers entitlement events to registered HTTP endpoints (Standard Webhooks). Configured by the environment:
+        webhooks: delivers entitlement events to registered HTTP endpoints (Standard Webhooks). Configured by the environment
+        (durations as 500ms, 10s, 5m). Its own settings:
+        \(Settings.catalog.helpLines)
+        And those it shares with the other services:
           KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
           EVENTS_TOPIC                     the events to deliver (appstore.entitlement-events.v1)
-          WEBHOOKS_GROUP_ID                the consumer group every webhooks process joins (webhooks)
-          WEBHOOKS_OPS_HOST, WEBHOOKS_OPS_PORT   /health/live, /health/ready, /metrics (0.0.0.0, 8084)
-          WEBHOOK_TIMEOUT                  a 2xx within this is a success (10s)
-          WEBHOOKS_ALLOW_PRIVATE_TARGETS   deliver to loopback and private addresses (false; tests and local compose only)
-          WEBHOOK_RETRY_SCHEDULE           delays before each retry (5s,5m,30m,2h,5h,10h,10h,10h,10h,10h,14h: about 3 days), ±20 % jitter
-          WEBHOOK_DISABLE_AFTER_FAILURES   dead deliveries in a row that disable an endpoint (5)
-          WEBHOOK_SECRET_ROTATION_OVERLAP  how long the old secret keeps signing after rotate-secret (24h)
-          WEBHOOK_DELIVERY_RETENTION       finished deliveries and their attempts are pruned after this (30d)
-          WEBHOOKS_CONCURRENCY             deliveries in flight per process (16)
-          WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT   deliveries one endpoint may have in flight, every process together (8)
-          WEBHOOKS_POLL_INTERVAL           how often due deliveries are looked for when there were none (200ms)
-          WEBHOOKS_STORE_TIMEOUT           the longest a database step may take before it is retried (15s)
-          POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (8)
+          POSTGRES_URL                     the database (required)
           ERASURE_KEY_FILE, ERASURE_KEY    the workers' erasure key: an erased customer's events make no delivery (docs/privacy.md)
           LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
         Endpoints: pipelinectl webhooks add --url U [--bundle-id B]... [--environment E] [--type T]... [--allow-http]. docs/webhooks.md.

@@ -1,10 +1,12 @@
 import ArgumentParser
+import Console
 import CustomerAPI
 import EntitlementEvents
 import NotificationIngest
 import NotificationWorker
+import Webhooks
 
-/// `pipelinectl settings ingest|worker|events|customer-api [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
+/// `pipelinectl settings <service> [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
 /// The table in docs/<service>.md is this output; a test holds the two equal.
 struct SettingsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -13,6 +15,7 @@ struct SettingsCommand: ParsableCommand {
     /// The services whose settings are described declaratively (one description per setting).
     static let catalogs = Dictionary(uniqueKeysWithValues: [
         IngestConfiguration.catalog, WorkerConfiguration.catalog, EventsConfiguration.catalog, CustomerAPIConfiguration.catalog,
+        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog,
     ].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")

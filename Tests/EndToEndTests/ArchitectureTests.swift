@@ -1,3 +1,4 @@
+import Console
 import CustomerAPI
 import EntitlementEvents
 import Foundation
@@ -6,6 +7,7 @@ import NotificationWorker
 import PipelineConfiguration
 import PipelineTestSupport
 import Testing
+import Webhooks
 
 /// The rules docs/architecture.md states, held against the tree: the module graph on that page is the one the code's
 /// imports draw, and every import of one of our modules is used (the build's import check covers "declared").
@@ -68,6 +70,8 @@ struct SettingsDocumentationTests {
             ("worker", "docs/worker.md", WorkerConfiguration.catalog, WorkerConfiguration.environmentKeys),
             ("events", "docs/events.md", EventsConfiguration.catalog, WorkerConfiguration.environmentKeys),
             ("customer-api", "docs/customer-api.md", CustomerAPIConfiguration.catalog, CustomerAPIConfiguration.environmentKeys),
+            ("webhooks", "docs/webhooks.md", WebhooksConfiguration.catalog, WebhooksConfiguration.environmentKeys),
+            ("console", "docs/console.md", ConsoleConfiguration.catalog, ConsoleConfiguration.environmentKeys),
         ])
     func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)
