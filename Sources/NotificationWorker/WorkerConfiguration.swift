@@ -4,7 +4,6 @@ import Foundation
 import KafkaClient
 import PipelineConfiguration
 import PostgresNIO
-import ServiceRuntime
 import SharedSettings
 
 /// What the worker reads: the shared `PipelineSettings` (topics, apps, roots, PostgreSQL, Kafka, Apple's key) and
@@ -159,19 +158,12 @@ extension WorkerConfiguration {
         environment (durations as 500ms, 10s, 5m). Its own settings:
         \(Settings.catalog.helpLines)
         And those it shares with the other services:
+        \(PipelineSettings.catalog.helpLines)
           KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
-          NOTIFICATIONS_TOPIC, DEAD_LETTER_TOPIC   appstore.notifications.v2, and the same + .dead-letter
-          APPS                             accepted apps: bundleId[:appAppleId][@Production+Sandbox],... (required)
-          TRUSTED_ROOTS                    apple (default) and/or PEM or DER files
-          POSTGRES_URL, POSTGRES_POOL_SIZE the database (required), connections (4)
-          ERASURE_KEY_FILE, ERASURE_KEY    the erasure suppression list's secret (docs/privacy.md)
-          CONSENT_RESCINDED_ERASES         a RESCIND_CONSENT erases what its app transaction links to (false)
-          VERIFY_ONLINE_CHECKS, VERIFY_ONLINE_CACHE, VERIFY_ONLINE_TIMEOUT   OCSP checks of every chain (off, 1h, 5s)
           APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
           ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
           CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,
           WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
-          LOG_LEVEL                        trace, debug, info (default), notice, warning, error, critical
         Entitlement events and their relay (docs/events.md):
         \(EventsConfiguration.catalog.helpLines)
         docs/worker.md.

@@ -15,13 +15,26 @@ public struct OnlineRevocationSettings: Sendable, Hashable {
 
     public init() {}
 
-    public static let environmentKeys = ["VERIFY_ONLINE_CHECKS", "VERIFY_ONLINE_CACHE", "VERIFY_ONLINE_TIMEOUT", "VERIFY_ONLINE_TIMEOUT_MS"]
+    /// Each described once: the parser below and the shared settings' catalog read these.
+    enum Settings {
+        static let enabled = Setting.bool(
+            "VERIFY_ONLINE_CHECKS", default: false,
+            "online revocation checks (OCSP) of every chain verified (docs/verification.md): a revoked certificate or a bad answer is dead-lettered with its code; no answer holds back that record's partition only")
+        static let cacheLifetime = Setting.duration("VERIFY_ONLINE_CACHE", default: .seconds(3600), "how long a chain that passed is not asked about again")
+        static let timeout = Setting.duration(
+            "VERIFY_ONLINE_TIMEOUT", default: .seconds(5), range: .milliseconds(100) ... .seconds(60), deprecatedMilliseconds: "VERIFY_ONLINE_TIMEOUT_MS",
+            "one OCSP request's deadline")
+
+        static let catalog = SettingsCatalog(component: "online-revocation", settings: [enabled.description, cacheLifetime.description, timeout.description])
+    }
+
+    public static let environmentKeys = Settings.catalog.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader) throws(ConfigurationError) -> OnlineRevocationSettings {
         var settings = OnlineRevocationSettings()
-        settings.enabled = try environment.bool("VERIFY_ONLINE_CHECKS", default: false)
-        settings.cacheLifetime = try environment.duration("VERIFY_ONLINE_CACHE", default: settings.cacheLifetime)
-        settings.timeout = try environment.duration("VERIFY_ONLINE_TIMEOUT", default: settings.timeout, range: .milliseconds(100) ... .seconds(60), deprecatedMilliseconds: "VERIFY_ONLINE_TIMEOUT_MS")
+        settings.enabled = try Settings.enabled.read(environment)
+        settings.cacheLifetime = try Settings.cacheLifetime.read(environment)
+        settings.timeout = try Settings.timeout.read(environment)
         return settings
     }
 

@@ -44,24 +44,67 @@ public struct PipelineSettings: Sendable {
         self.kafka = kafka
     }
 
+    /// The shared settings, each described once: the parser below, the services' `--help` and docs/worker.md's
+    /// table of them read these. The broker's (`KAFKA_*`: `KafkaEnvironment`) and Apple's key (`APPSTORE_*`:
+    /// `AppStoreServerAPIConfiguration`) are read by their own modules.
+    enum Settings {
+        static let topic = Setting.string("NOTIFICATIONS_TOPIC", default: "appstore.notifications.v2", "the topic ingest writes and the workers read")
+        static let deadLetterTopic = SettingDescription(
+            variable: "DEAD_LETTER_TOPIC", summary: "permanent failures: original bytes and key, headers `error-code`, `error-reason`, `error-cause`, `original-*`, `consumer-group`, `failed-at`, `attempt` (default: the topic + `.dead-letter`)",
+            defaultText: nil)
+        static let postgresURL = Setting<String>(
+            SettingDescription(variable: "POSTGRES_URL", summary: "the database (required): `postgres://user[:password]@host[:port]/database`", defaultText: nil)
+        ) { environment throws(ConfigurationError) in
+            let url = try environment.required("POSTGRES_URL")
+            do {
+                _ = try PostgresClient.Configuration(url: url)
+            } catch {
+                throw ConfigurationError(variable: "POSTGRES_URL", reason: "\(error)")
+            }
+            return url
+        }
+        static let postgresPoolSize = Setting.int("POSTGRES_POOL_SIZE", default: 4, range: 1...100, "connections per process")
+        static let apps = Setting<[AppIdentity]>(
+            SettingDescription(
+                variable: "APPS", summary: "the accepted apps (required): `bundleId[:appAppleId][@Production+Sandbox]`, comma-separated; Production needs the App Apple ID",
+                defaultText: nil)
+        ) { environment throws(ConfigurationError) in try PipelineSettings.parseApps(try environment.required("APPS")) }
+        static let trustedRoots = Setting<[String]>(
+            SettingDescription(
+                variable: "TRUSTED_ROOTS", summary: "`apple` (the embedded Apple Root CA - G3) and/or PEM or DER files, comma-separated; anything but `apple` is for tests and the demo",
+                defaultText: "apple")
+        ) { environment in environment.list("TRUSTED_ROOTS", default: ["apple"]) }
+        static let erasureKeyFile = SettingDescription(
+            variable: "ERASURE_KEY_FILE", summary: "a file with the erasure key (at least 32 bytes, e.g. `openssl rand -hex 32`): the suppression list's secret, the same in every process that erases or applies records; never rotated while erasures are on record (docs/privacy.md)",
+            defaultText: nil)
+        static let erasureKey = SettingDescription(
+            variable: "ERASURE_KEY", summary: "the erasure key itself, when no file is given (a file stays out of process listings)", defaultText: nil)
+        static let consentRescindedErases = Setting.bool(
+            "CONSENT_RESCINDED_ERASES", default: false, "a RESCIND_CONSENT erases what its app transaction links to (needs the erasure key)")
+        static let logLevel = SettingDescription(
+            variable: "LOG_LEVEL", summary: "trace, debug, info, notice, warning, error or critical; payloads are never logged, only codes, reasons and Kafka coordinates",
+            defaultText: "info")
+
+        static let catalog = SettingsCatalog(component: "shared", settings: [
+            topic.description, deadLetterTopic, postgresURL.description, postgresPoolSize.description, apps.description, trustedRoots.description,
+            erasureKeyFile, erasureKey, consentRescindedErases.description,
+        ] + OnlineRevocationSettings.Settings.catalog.settings + [logLevel])
+    }
+
+    /// The shared settings, for `--help`, the docs and `pipelinectl settings shared`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
     /// The environment variables these settings read.
-    public static let environmentKeys = ["NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "POSTGRES_URL", "POSTGRES_POOL_SIZE", "APPS", "TRUSTED_ROOTS", "LOG_LEVEL",
-        "ERASURE_KEY_FILE", "ERASURE_KEY", "CONSENT_RESCINDED_ERASES"] + OnlineRevocationSettings.environmentKeys
-        + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys
+    public static let environmentKeys = Settings.catalog.environmentKeys + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> PipelineSettings {
         var settings = PipelineSettings(kafka: try KafkaEnvironment.client(environment, defaultClientId: defaultClientId))
-        settings.topic = environment.string("NOTIFICATIONS_TOPIC", default: settings.topic)
-        settings.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: settings.topic + ".dead-letter")
-        settings.postgresURL = try environment.required("POSTGRES_URL")
-        do {
-            _ = try PostgresClient.Configuration(url: settings.postgresURL)
-        } catch {
-            throw ConfigurationError(variable: "POSTGRES_URL", reason: "\(error)")
-        }
-        settings.postgresPoolSize = try environment.int("POSTGRES_POOL_SIZE", default: settings.postgresPoolSize, range: 1...100)
-        settings.apps = try Self.parseApps(try environment.required("APPS"))
-        settings.trustedRoots = environment.list("TRUSTED_ROOTS", default: settings.trustedRoots)
+        settings.topic = try Settings.topic.read(environment)
+        settings.deadLetterTopic = environment.string(Settings.deadLetterTopic.variable, default: settings.topic + ".dead-letter")
+        settings.postgresURL = try Settings.postgresURL.read(environment)
+        settings.postgresPoolSize = try Settings.postgresPoolSize.read(environment)
+        settings.apps = try Settings.apps.read(environment)
+        settings.trustedRoots = try Settings.trustedRoots.read(environment)
         if environment.optionalString("APPSTORE_KEY_ID") != nil {
             let variables = Dictionary(uniqueKeysWithValues: AppStoreServerAPIConfiguration.environmentKeys.compactMap { key in environment.optionalString(key).map { (key, $0) } })
             for app in settings.apps {
@@ -76,7 +119,7 @@ public struct PipelineSettings: Sendable {
             settings.appStoreVariables = variables
         }
         settings.erasureKey = try Self.erasureKey(environment)
-        settings.consentRescindedErases = try environment.bool("CONSENT_RESCINDED_ERASES", default: false)
+        settings.consentRescindedErases = try Settings.consentRescindedErases.read(environment)
         settings.onlineRevocation = try OnlineRevocationSettings.fromEnvironment(environment)
         if settings.consentRescindedErases, settings.erasureKey == nil {
             throw ConfigurationError(variable: "CONSENT_RESCINDED_ERASES", reason: "erasing needs the erasure key: set ERASURE_KEY_FILE too")

@@ -4,6 +4,7 @@ import CustomerAPI
 import EntitlementEvents
 import NotificationIngest
 import NotificationWorker
+import SharedSettings
 import Webhooks
 
 /// `pipelinectl settings <service> [--markdown]`: a service's settings as its `--help` lists them, or the docs' table.
@@ -15,7 +16,7 @@ struct SettingsCommand: ParsableCommand {
     /// The services whose settings are described declaratively (one description per setting).
     static let catalogs = Dictionary(uniqueKeysWithValues: [
         IngestConfiguration.catalog, WorkerConfiguration.catalog, EventsConfiguration.catalog, CustomerAPIConfiguration.catalog,
-        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog,
+        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog, PipelineSettings.catalog,
     ].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")

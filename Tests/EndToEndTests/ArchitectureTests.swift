@@ -6,6 +6,7 @@ import NotificationIngest
 import NotificationWorker
 import PipelineConfiguration
 import PipelineTestSupport
+import SharedSettings
 import Testing
 import Webhooks
 
@@ -72,12 +73,15 @@ struct SettingsDocumentationTests {
             ("customer-api", "docs/customer-api.md", CustomerAPIConfiguration.catalog, CustomerAPIConfiguration.environmentKeys),
             ("webhooks", "docs/webhooks.md", WebhooksConfiguration.catalog, WebhooksConfiguration.environmentKeys),
             ("console", "docs/console.md", ConsoleConfiguration.catalog, ConsoleConfiguration.environmentKeys),
+            ("shared", "docs/worker.md", PipelineSettings.catalog, WorkerConfiguration.environmentKeys),
         ])
     func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)
-        let begin = try #require(text.range(of: "<!-- settings: generated from "))
+        // A document may hold several generated tables (docs/worker.md: the worker's own and the shared ones): each
+        // marker names the command that prints its table.
+        let begin = try #require(text.range(of: "by `pipelinectl settings \(service) --markdown`"), "\(document) has no table of \(service)")
         let afterMarker = try #require(text[begin.upperBound...].range(of: "-->\n"))
-        let end = try #require(text.range(of: "<!-- end of settings -->"))
+        let end = try #require(text[afterMarker.upperBound...].range(of: "<!-- end of settings -->"))
         let table = String(text[afterMarker.upperBound..<end.lowerBound]).trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(table == catalog.markdownTable, "regenerate with: swift run pipelinectl settings \(service) --markdown")
         for setting in catalog.settings {
