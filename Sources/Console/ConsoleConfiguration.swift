@@ -48,8 +48,8 @@ public struct ConsoleConfiguration: Sendable {
     /// The console's own settings, each described once: the parser below, `console --help` and docs/console.md's
     /// table read these (the shared ones are `PipelineSettings`').
     enum Settings {
-        static let host = Setting.string("CONSOLE_HOST", default: "0.0.0.0", "where the pages are served")
-        static let port = Setting.int("CONSOLE_PORT", default: 8090, range: 0...65535, "the pages' port (0: any free port, for tests)")
+        static let listener = HTTPListenerSettings(prefix: "CONSOLE", port: 8090, readsMilliseconds: false)
+        static let (host, port) = (listener.host, listener.port)
         static let opsPort = Setting.int("CONSOLE_OPS_PORT", default: 8091, range: 0...65535, "`/health/live`, `/health/ready` (PostgreSQL answers, schema current), `/metrics`")
         static let sessionIdle = Setting.duration("CONSOLE_SESSION_IDLE", default: .seconds(30 * 60), "a session unused this long is over (`90s`, `30m`, `8h`)")
         static let sessionMaximum = Setting.duration("CONSOLE_SESSION_MAX", default: .seconds(12 * 3600), "a session ends this long after sign-in, however busy")
@@ -79,10 +79,7 @@ public struct ConsoleConfiguration: Sendable {
             }
             return ranges
         }
-        static let idleTimeout = Setting.duration(
-            "CONSOLE_IDLE_TIMEOUT", default: .seconds(60), "idle connections are closed after this (the connection guard ingest and the customer API use)")
-        static let requestTimeout = Setting.duration(
-            "CONSOLE_REQUEST_TIMEOUT", default: .seconds(15), "a request's head and body must arrive within this, or 408; bodies over 256 KiB are refused (413)")
+        static let (idleTimeout, requestTimeout) = (listener.idleTimeout, listener.requestTimeout)
         static let pageSize = Setting.int("CONSOLE_PAGE_SIZE", default: 50, range: 5...500, "timeline rows per page")
         static let traceURL = Setting<String?>(
             SettingDescription(

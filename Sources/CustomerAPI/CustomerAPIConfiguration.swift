@@ -52,20 +52,15 @@ public struct CustomerAPIConfiguration: Sendable {
     /// The customer API's own settings, each described once: the parser below, `customer-api --help` and
     /// docs/customer-api.md's table read these (the shared ones are `PipelineSettings`').
     enum Settings {
-        static let host = Setting.string("CUSTOMER_API_HOST", default: "0.0.0.0", "where the API listens")
-        static let port = Setting.int("CUSTOMER_API_PORT", default: 8082, range: 0...65535, "the API's port (0: any free port, for tests)")
+        static let listener = HTTPListenerSettings(prefix: "CUSTOMER_API", port: 8082, readsMilliseconds: true)
+        static let (host, port) = (listener.host, listener.port)
         static let opsPort = Setting.int("CUSTOMER_API_OPS_PORT", default: 8083, range: 0...65535, "`/health/live`, `/health/ready` (PostgreSQL with the schema current, a broker reachable) and `/metrics`, apart from the API")
         static let applyTimeout = Setting.duration(
             "CUSTOMER_API_APPLY_TIMEOUT", default: .seconds(5), range: .zero ... .seconds(120), deprecatedMilliseconds: "CUSTOMER_API_APPLY_TIMEOUT_MS",
             "a purchase waits this long for a worker to apply it before 202")
         static let maximumBodyBytes = Setting.int(
             "CUSTOMER_API_MAX_BODY_BYTES", default: 65_536, range: 1_024...16 * 1_024 * 1_024, "larger bodies are refused with 413 (a purchase is about 6 KB)")
-        static let requestTimeout = Setting.duration(
-            "CUSTOMER_API_REQUEST_TIMEOUT", default: .seconds(15), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "CUSTOMER_API_REQUEST_TIMEOUT_MS",
-            "a request's head and body must arrive within this, or 408")
-        static let idleTimeout = Setting.duration(
-            "CUSTOMER_API_IDLE_TIMEOUT", default: .seconds(60), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_IDLE_TIMEOUT_MS",
-            "an idle connection is closed after this")
+        static let (requestTimeout, idleTimeout) = (listener.requestTimeout, listener.idleTimeout)
         static let keyCache = Setting.duration(
             "CUSTOMER_API_KEY_CACHE", default: .milliseconds(500), range: .zero ... .seconds(1), deprecatedMilliseconds: "CUSTOMER_API_KEY_CACHE_MS",
             "a key's row is reused this long; a revoked key is refused after it (at most 1s)")

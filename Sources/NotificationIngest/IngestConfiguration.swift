@@ -46,8 +46,8 @@ public struct IngestConfiguration: Sendable {
 
     /// Each setting, described once: the parser below, `--help` and docs/ingest.md's table read these.
     enum Settings {
-        static let host = Setting.string("INGEST_HOST", default: "0.0.0.0", "address to listen on")
-        static let port = Setting.int("INGEST_PORT", default: 8080, range: 0...65535, "port to listen on (0: any free port, for tests)")
+        static let listener = HTTPListenerSettings(prefix: "INGEST", port: 8080, readsMilliseconds: true)
+        static let (host, port) = (listener.host, listener.port)
         static let path = Setting.string("INGEST_PATH", default: "/v2/notifications", "the notification path to give App Store Connect")
         static let environmentPaths = SettingDescription(
             variable: "INGEST_ENVIRONMENT_PATHS", summary: "`/path=Environment` pairs that also accept POSTs; the environment travels as the informational `environment-hint` header",
@@ -61,12 +61,7 @@ public struct IngestConfiguration: Sendable {
         static let retryAfterSeconds = Setting.int("INGEST_RETRY_AFTER_SECONDS", default: 60, range: 0...86_400, "the `Retry-After` of a 503, in seconds")
         static let instanceId = SettingDescription(
             variable: "INGEST_INSTANCE_ID", summary: "this instance's name in the `ingest-instance` header", defaultText: nil)
-        static let idleTimeout = Setting.duration(
-            "INGEST_IDLE_TIMEOUT", default: .seconds(60), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "INGEST_IDLE_TIMEOUT_MS",
-            "a connection silent this long between requests is closed")
-        static let requestTimeout = Setting.duration(
-            "INGEST_REQUEST_TIMEOUT", default: .seconds(15), range: .milliseconds(100) ... .seconds(600), deprecatedMilliseconds: "INGEST_REQUEST_TIMEOUT_MS",
-            "a request's head and body must arrive within this of its first byte, else 408 (a slowloris client is cut off here)")
+        static let (idleTimeout, requestTimeout) = (listener.idleTimeout, listener.requestTimeout)
         static let maximumConnections = Setting.int(
             "INGEST_MAX_CONNECTIONS", default: 1_024, range: 1...1_000_000, "open connections at most; further ones wait in the listen backlog")
         static let readinessCache = Setting.duration(

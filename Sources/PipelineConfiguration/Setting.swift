@@ -120,3 +120,26 @@ public struct SettingsCatalog: Sendable {
         return lines.joined(separator: "\n")
     }
 }
+
+/// What every HTTP service that faces clients reads alike (ingest, the customer API, the console): where it
+/// listens and the deadlines of its connection guard, `<PREFIX>_HOST`, `<PREFIX>_PORT`, `<PREFIX>_REQUEST_TIMEOUT`
+/// and `<PREFIX>_IDLE_TIMEOUT`. Described once here, so the three services mean the same by each.
+public struct HTTPListenerSettings: Sendable {
+    public let host: Setting<String>
+    public let port: Setting<Int>
+    public let requestTimeout: Setting<Duration>
+    public let idleTimeout: Setting<Duration>
+
+    /// `readsMilliseconds`: the deadlines' older `…_MS` forms are still read (services released with them).
+    public init(prefix: String, port defaultPort: Int, readsMilliseconds: Bool) {
+        host = .string("\(prefix)_HOST", default: "0.0.0.0", "address to listen on")
+        port = .int("\(prefix)_PORT", default: defaultPort, range: 0...65535, "port to listen on (0: any free port, for tests)")
+        requestTimeout = .duration(
+            "\(prefix)_REQUEST_TIMEOUT", default: .seconds(15), range: .milliseconds(100) ... .seconds(600),
+            deprecatedMilliseconds: readsMilliseconds ? "\(prefix)_REQUEST_TIMEOUT_MS" : nil,
+            "a request's head and body must arrive within this of its first byte, else 408 (a slowloris client is cut off here)")
+        idleTimeout = .duration(
+            "\(prefix)_IDLE_TIMEOUT", default: .seconds(60), range: .milliseconds(100) ... .seconds(3_600),
+            deprecatedMilliseconds: readsMilliseconds ? "\(prefix)_IDLE_TIMEOUT_MS" : nil, "a connection silent this long between requests is closed")
+    }
+}
