@@ -40,14 +40,11 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
         logger: logger)
 
     let database = CachedProbe(ttl: .seconds(2)) { (try? await entitlements.pendingMigrations().isEmpty) ?? false }
-    let opsRouter = Router()
-    OperationsRoutes.add(to: opsRouter, registry: registry) {
+    let ops = OperationsRoutes.server(
+        host: configuration.host, port: configuration.opsPort, name: "appstore-console-ops", registry: registry, logger: logger
+    ) {
         await database.value() ? nil : "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)"
     }
-    let ops = Application(
-        router: opsRouter,
-        configuration: .init(address: .hostname(configuration.host, port: configuration.opsPort), serverName: "appstore-console-ops"),
-        logger: logger)
     return [postgres, AppStoreClients(clients: Array(appStore.values)), producer, server, ops]
 }
 

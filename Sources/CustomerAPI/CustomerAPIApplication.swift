@@ -74,17 +74,14 @@ public func buildCustomerAPIServices(
     let schema = EntitlementStore(client: postgres, logger: logger)
     let database = CachedProbe(ttl: .seconds(2)) { (try? await schema.pendingMigrations().isEmpty) ?? false }
     let broker = CachedProbe(ttl: .seconds(2)) { await producer.checkBrokerReachable(timeoutMilliseconds: 1_000) }
-    let opsRouter = Router()
-    OperationsRoutes.add(to: opsRouter, registry: registry) {
+    let ops = OperationsRoutes.server(
+        host: configuration.host, port: configuration.opsPort, name: "appstore-customer-api-ops", registry: registry, logger: logger,
+        onRunning: onOpsServerRunning
+    ) {
         guard await database.value() else { return "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)" }
         guard await broker.value() else { return "no Kafka broker answered" }
         return nil
     }
-    let ops = Application(
-        router: opsRouter,
-        configuration: .init(address: .hostname(configuration.host, port: configuration.opsPort), serverName: "appstore-customer-api-ops"),
-        onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
-        logger: logger)
     let clients = AppStoreClients(clients: Array(appStore.values))
     let retrier = AppleTokenRetrier(
         handler: handler, enabled: !appStore.isEmpty, interval: configuration.appleTokenRetry, logger: logger)

@@ -42,13 +42,9 @@ public func buildWorkerServices(
         configuration: configuration, consumer: consumer, deadLetters: deadLetters, store: store, verifier: verifier, metrics: metrics, logger: logger)
     let consumptionGauge = ConsumptionRequestGauge(store: store, metrics: metrics, logger: logger)
 
-    let router = Router()
-    OperationsRoutes.add(to: router, registry: registry) { worker.notReadyReason }
-    let ops = Application(
-        router: router,
-        configuration: .init(address: .hostname(configuration.opsHost, port: configuration.opsPort), serverName: "appstore-worker"),
-        onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
-        logger: logger)
+    let ops = OperationsRoutes.server(
+        host: configuration.opsHost, port: configuration.opsPort, name: "appstore-worker", registry: registry, logger: logger,
+        onRunning: onOpsServerRunning) { worker.notReadyReason }
     // The events relay (when events are on): its producer starts before it and closes after it.
     var relayServices: [any Service] = []
     if configuration.events.enabled {

@@ -1,5 +1,7 @@
 import Hummingbird
+import Logging
 import Prometheus
+import ServiceLifecycle
 
 /// The routes every process serves for its orchestrator and its Prometheus.
 public enum OperationsRoutes {
@@ -23,5 +25,18 @@ public enum OperationsRoutes {
             registry.emit(into: &buffer)
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(bytes: buffer)))
         }
+    }
+
+    /// A service's ops server: these routes on a port of their own, so probes and scrapes never queue behind the
+    /// service's clients. `onRunning` gets the bound port (the configured one, or the one picked for port 0).
+    public static func server(
+        host: String, port: Int, name: String, registry: PrometheusCollectorRegistry, logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }, notReadyReason: @escaping @Sendable () async -> String?
+    ) -> some Service {
+        let router = Router()
+        add(to: router, registry: registry, notReadyReason: notReadyReason)
+        return Application(
+            router: router, configuration: .init(address: .hostname(host, port: port), serverName: name),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
     }
 }

@@ -37,16 +37,13 @@ public func buildWebhooksServices(
 
     let entitlements = EntitlementStore(client: postgres, logger: logger)
     let database = CachedProbe(ttl: .seconds(2)) { (try? await entitlements.pendingMigrations().isEmpty) ?? false }
-    let router = Router()
-    OperationsRoutes.add(to: router, registry: registry) {
+    let ops = OperationsRoutes.server(
+        host: configuration.opsHost, port: configuration.opsPort, name: "appstore-webhooks", registry: registry, logger: logger,
+        onRunning: onOpsServerRunning
+    ) {
         guard await database.value() else { return "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)" }
         if !consumer.isBrokerReachable, !(await consumer.checkBrokerReachable()) { return "no Kafka broker reachable" }
         return nil
     }
-    let ops = Application(
-        router: router,
-        configuration: .init(address: .hostname(configuration.opsHost, port: configuration.opsPort), serverName: "appstore-webhooks"),
-        onServerRunning: { channel in await onOpsServerRunning(channel.localAddress?.port ?? configuration.opsPort) },
-        logger: logger)
     return WebhooksServices(services: [postgres, consumer, ingester, dispatcher, maintenance, ops])
 }
