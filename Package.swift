@@ -30,21 +30,14 @@ let otel: Target.Dependency = .product(name: "OTel", package: "swift-otel")
 let package = Package(
     name: "appstore-notification-pipeline",
     platforms: [.macOS(.v15)],
+    // The libraries other packages use: the core and the adapters, and, for the benchmarks package (Benchmarks/, a
+    // path dependency on this one) and other tools, the API client, two services and the test material.
     products: [
-        .library(name: "AppStoreNotifications", targets: ["AppStoreNotifications"]),
-        .library(name: "KafkaClient", targets: ["KafkaClient"]),
-        .library(name: "EntitlementStore", targets: ["EntitlementStore"]),
-        .library(name: "EntitlementEvents", targets: ["EntitlementEvents"]),
+        "AppStoreNotifications", "KafkaClient", "EntitlementStore", "EntitlementEvents", "AppStoreServerAPI", "AppStoreServerAPIModels",
+        "CustomerAPI", "Console", "SubscriptionMetrics", "TestSupport", "TestSigning",
+    ].map { Product.library(name: $0, targets: [$0]) } + [
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),
-        // For the benchmarks package (Benchmarks/, a path dependency on this one) and other tools.
-        .library(name: "AppStoreServerAPI", targets: ["AppStoreServerAPI"]),
-        .library(name: "AppStoreServerAPIModels", targets: ["AppStoreServerAPIModels"]),
-        .library(name: "CustomerAPI", targets: ["CustomerAPI"]),
-        .library(name: "Console", targets: ["Console"]),
-        .library(name: "SubscriptionMetrics", targets: ["SubscriptionMetrics"]),
-        .library(name: "TestSupport", targets: ["TestSupport"]),
-        .library(name: "TestSigning", targets: ["TestSigning"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
@@ -119,7 +112,7 @@ let package = Package(
         // MARK: - Subscription metrics: the metric functions over the stored book, the product catalog, exchange rates
         .target(
             name: "SubscriptionMetrics",
-            dependencies: [postgresNIO, logging]
+            dependencies: ["EntitlementStore", postgresNIO, logging]
         ),
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
@@ -263,6 +256,10 @@ let package = Package(
             dependencies: ["AppStoreNotifications", "EntitlementStore", "TestSigning", "TestSupport", logging, postgresNIO]
         ),
         .target(
+            name: "BrokerTestSupport",
+            dependencies: ["KafkaClient", "TestSupport", logging]
+        ),
+        .target(
             name: "PipelineTestSupport",
             dependencies: ["StoreTestSupport", 
                 "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents",
@@ -284,7 +281,7 @@ let package = Package(
         ),
         .testTarget(
             name: "KafkaClientTests",
-            dependencies: ["KafkaClient", "TestSupport", "StoreTestSupport", "PipelineTestSupport", logging]
+            dependencies: ["KafkaClient", "BrokerTestSupport", "TestSupport", logging]
         ),
     ]
 )

@@ -52,12 +52,13 @@ public struct CustomerTransactionRow: Sendable, Hashable {
 /// `appAccountToken` (compared in lower case); family-shared rows (which never carry a token) belong to the customer
 /// whose own rows share their `app_transaction_id` (Apple's id of one Apple Account's download of the app).
 extension CustomerStore {
-    private static let subscriptionColumns = """
+    private static var subscriptionColumns: String { """
         e.original_transaction_id, e.environment, e.product_id, e.subscription_group_id, e.status, e.is_active, e.expires_at, e.auto_renew_status,
         e.auto_renew_product_id, e.grace_period_expires_at, e.billing_issue_since, e.revocation_date, e.ownership_type,
         coalesce(o.customer_id, lower(e.app_account_token)), e.app_account_token, e.app_transaction_id, e.event_sequence, e.contradiction,
         e.last_notification_type, e.last_signed_date
         """
+    }
 
     /// Every subscription of `customerId` in `bundleId` (and the family-shared ones linked to them), newest first.
     /// Candidates come from indexes only (`customer_ownership` by customer, `entitlements` by lower-case token),
@@ -131,11 +132,12 @@ extension CustomerStore {
         return result
     }
 
-    private static let transactionColumns = """
+    private static var transactionColumns: String { """
         t.transaction_id, t.original_transaction_id, t.environment, t.product_id, t.type, t.purchase_date, t.expires_date, t.revocation_date,
         t.revocation_reason, t.ownership_type, t.app_account_token, coalesce(o.customer_id, lower(t.app_account_token), lower(e.app_account_token)),
         t.signed_date, (t.revocation_date IS NULL AND (t.expires_date IS NULL OR t.expires_date > now()))
         """
+    }
 
     /// The one-time purchases (consumables, non-consumables, non-renewing subscriptions) of `customerId`.
     public func customerOneTimePurchases(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerTransactionRow] {

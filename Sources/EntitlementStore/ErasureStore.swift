@@ -126,20 +126,17 @@ extension ErasureFailure {
 
 /// Erasure (docs/privacy.md): resolves a customer, deletes what the pipeline keeps about them, records keyed
 /// digests so replays keep them forgotten, and says so with a `customer.erased` event: one transaction.
-public struct ErasureStore: Sendable {
-    public let client: PostgresClient
-    let logger: Logger
+public typealias ErasureStore = DatabaseQueries<ErasureQueries>
 
-    public init(client: PostgresClient, logger: Logger) {
-        self.client = client
-        self.logger = logger
-    }
+/// Marks erasure's queries (`ErasureStore`).
+public enum ErasureQueries {}
 
+extension ErasureStore {
     /// `ErasureLock`: taken exclusively here, shared by every worker batch and webhook enqueue.
-    static let lockKey = ErasureLock.advisoryKey
+    static var lockKey: Int64 { ErasureLock.advisoryKey }
 
     /// How many rounds of "subscriptions → customers and tokens → subscriptions" resolution follow at most.
-    static let resolutionRounds = 8
+    static var resolutionRounds: Int { 8 }
 
     /// Runs one erasure (idempotent by request id: the same request again answers its report). `emitsEvents`:
     /// whether `customer.erased` goes to the outbox (`EVENTS_ENABLED`).
@@ -316,14 +313,7 @@ public struct ErasureStore: Sendable {
     }
 
     /// The identifiers an erasure reaches, resolved within one app.
-    struct ResolvedSubject {
-        var originalTransactionIds: Set<String> = []
-        var transactionIds: Set<String> = []
-        var appAccountTokens: Set<String> = []
-        var customerIds: Set<String> = []
-        var appTransactionIds: Set<String> = []
-        var notificationUUIDs: Set<String> = []
-    }
+    typealias ResolvedSubject = ErasureResolvedSubject
 
     /// Customer ids are compared as stored (the customer API keeps them in lower case, and the subject's set is
     /// lowercased), so the `(bundle_id, customer_id)` indexes serve; tokens from Apple are compared lowercased, as
@@ -467,4 +457,14 @@ public struct ErasureStore: Sendable {
         }
         return reports
     }
+}
+
+/// The identifiers an erasure reaches, resolved within one app.
+struct ErasureResolvedSubject {
+    var originalTransactionIds: Set<String> = []
+    var transactionIds: Set<String> = []
+    var appAccountTokens: Set<String> = []
+    var customerIds: Set<String> = []
+    var appTransactionIds: Set<String> = []
+    var notificationUUIDs: Set<String> = []
 }

@@ -121,6 +121,18 @@ public final class BackfillScene: @unchecked Sendable {
         output.split(separator: "\n").reversed().lazy.compactMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.first
     }
 
+    /// Kills `process` (kill -9) once the whole number `sql` reads has reached `mark` (a checkpoint's progress), or
+    /// when the process ended or a minute passed. Polled every 20 ms, so the kill lands mid-run.
+    public func kill(_ process: Process, whenProgress sql: String, reaches mark: Int) async throws {
+        var progress = 0
+        let deadline = ContinuousClock.now + .seconds(60)
+        while progress < mark, process.isRunning, ContinuousClock.now < deadline {
+            progress = try await query(sql, as: Int.self).first ?? 0
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        await ChildProcess.kill(process)
+    }
+
     public func query<T: Sendable>(_ sql: String, as type: T.Type) async throws -> [T] where T: PostgresDecodable {
         try await TestDatabase.with(database) { client in
             var values: [T] = []

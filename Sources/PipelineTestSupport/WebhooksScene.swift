@@ -89,6 +89,32 @@ public final class WebhooksScene: @unchecked Sendable {
         return order
     }
 
+    /// Once the workers have caught up: the topic's events, at least as many as the outbox holds.
+    public func caughtUpTopicEvents(sourceLocation: SourceLocation = #_sourceLocation) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
+        #expect(try await fixture.waitForLag(group: scene.group), sourceLocation: sourceLocation)
+        return try await topicEvents(atLeast: try await outboxCount())
+    }
+
+    /// Rows in the outbox: every event the workers wrote (none is pruned within a test).
+    public func outboxCount() async throws -> Int {
+        try await scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+    }
+
+    /// Once the workers have caught up: every event of the outbox is on the topic, `path` received each (within
+    /// `timeout`), and in each subject's topic order. Returns the topic's events for further checks.
+    @discardableResult
+    public func expectEveryEventDeliveredInOrder(
+        to path: String, timeout: Duration = .seconds(90), sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
+        let topic = try await caughtUpTopicEvents(sourceLocation: sourceLocation)
+        #expect(try await waitDelivered(Set(topic.byId.keys), path: path, timeout: timeout), "\(path) starved: \(fixture.logTail())", sourceLocation: sourceLocation)
+        let received = receivedOrder(path)
+        for (subject, ids) in topic.bySubject {
+            #expect(received[subject] == ids, "\(subject): \(received[subject] ?? []) vs \(ids)", sourceLocation: sourceLocation)
+        }
+        return topic
+    }
+
     public func finish() async {
         for process in webhooks { await ChildProcess.terminate(process) }
         await receiver.stop()

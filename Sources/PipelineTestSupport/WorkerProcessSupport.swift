@@ -92,6 +92,27 @@ public final class WorkerProcessFixture: @unchecked Sendable {
         return (process, port)
     }
 
+    /// kill -9 of one of two workers mid-stream: `topic` holds only the first half of the `distinct` notifications
+    /// `payloads` starts with when the kill lands, once a tenth of them are stored, so the kill is mid-stream by
+    /// construction however fast the machine; the rest is produced after it and a replacement joins. Returns the
+    /// running workers (the replacement in the killed one's place) and the ledger's count at the kill.
+    public func killOneWorkerMidStream(
+        _ payloads: [String], distinct: Int, topic: String, group: String, database: String, batchSize: Int
+    ) async throws -> (workers: [Process], storedAtKill: Int) {
+        let half = distinct / 2
+        try await produce(payloads[..<half], topic: topic)
+        var workers = [
+            try await startWorker(group: group, postgresURL: database, topic: topic, batchSize: batchSize).process,
+            try await startWorker(group: group, postgresURL: database, topic: topic, batchSize: batchSize).process,
+        ]
+        #expect(try await TestDatabase.waitForLedger(database, count: distinct / 10), "\(logTail())")
+        await ChildProcess.kill(workers[0])
+        let storedAtKill = await TestDatabase.ledgerCount(database)
+        try await produce(payloads[half...], topic: topic)
+        workers[0] = try await startWorker(group: group, postgresURL: database, topic: topic).process
+        return (workers, storedAtKill)
+    }
+
     private var workerCount = 0
     private var logFiles: [Int32: String] = [:]
 

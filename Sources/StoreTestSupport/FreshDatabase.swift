@@ -51,3 +51,37 @@ public func withMigratedStore(_ purpose: String, logger: Logger, _ body: (Entitl
         group.cancelAll()
     }
 }
+
+/// The store tier's scoped resource: a database of its own, migrated in process, for each test the
+/// `.migratedDatabase` trait is applied to (or each test of a suite), provided as `MigratedDatabase.current`.
+public struct MigratedDatabase: Sendable {
+    public let store: EntitlementStore
+    public let client: PostgresClient
+
+    @TaskLocal public static var current: MigratedDatabase?
+
+    /// The running test's database: fails the test when it has no `.migratedDatabase` trait.
+    public static var required: MigratedDatabase {
+        get throws { try #require(current, "the test needs the .migratedDatabase trait") }
+    }
+}
+
+public struct MigratedDatabaseTrait: TestTrait, SuiteTrait, TestScoping {
+    public var isRecursive: Bool { true }
+
+    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        test.isSuite ? nil : self
+    }
+
+    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+        let logger = quietLogger("migrated-database")
+        try await withMigratedStore("migrated", logger: logger) { store, client in
+            try await MigratedDatabase.$current.withValue(MigratedDatabase(store: store, client: client)) { try await function() }
+        }
+    }
+}
+
+extension Trait where Self == MigratedDatabaseTrait {
+    /// A PostgreSQL database of its own, migrated, for the test: `MigratedDatabase.current`.
+    public static var migratedDatabase: Self { MigratedDatabaseTrait() }
+}

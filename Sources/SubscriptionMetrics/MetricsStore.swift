@@ -1,14 +1,13 @@
-import Logging
-import PostgresNIO
+import EntitlementStore
 
 /// Subscription metrics (`pipelinectl metrics`, products, exchange rates): the metric functions of
 /// `Migrations.metrics` over the stored transactions, the product catalog, exchange rates.
-public struct MetricsStore: Sendable {
-    public let client: PostgresClient
-    let logger: Logger
+public typealias MetricsStore = DatabaseQueries<MetricsQueries>
 
-    public init(client: PostgresClient, logger: Logger) {
-        self.client = client
-        self.logger = logger
-    }
+/// Marks the metrics' queries (`MetricsStore`).
+public enum MetricsQueries {}
+
+extension EntitlementStore {
+    /// The metrics' queries over this store's connections (`pipelinectl metrics`, `products`, `exchange-rates`).
+    public var metrics: MetricsStore { MetricsStore(client: client, logger: logger) }
 }

@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import Foundation
 
 /// Mints realistic, fully signed App Store Server Notifications V2 (outer JWS with signed transaction and
 /// renewal info nested), for tests, benchmarks and the demo. Every id is derived from a seed so runs repeat.
@@ -94,6 +95,20 @@ public struct NotificationMinter: Sendable {
                 transactionId: String(2_000_000_100_000_000 + seed),
                 purchaseDate: signedDate - 5_000, expiresDate: signedDate - 5_000 + month,
                 appAccountToken: deterministicUUID(seed / 4 + 7_000_000))
+        }
+
+        /// The same subscription renewed in a new transaction: signed `delay` milliseconds from now (later than
+        /// anything stored before), active for a month from then, auto-renewing.
+        public func renewedNow(transactionId: String, notificationUUID: String, delay: Int64) -> SubscriptionEvent {
+            var renewal = self
+            renewal.notificationUUID = notificationUUID
+            renewal.transactionId = transactionId
+            renewal.signedDate = Int64(Date().timeIntervalSince1970 * 1000) + delay
+            renewal.purchaseDate = renewal.signedDate
+            renewal.expiresDate = renewal.signedDate + 30 * 86_400_000
+            renewal.status = 1
+            renewal.autoRenewStatus = 1
+            return renewal
         }
     }
 

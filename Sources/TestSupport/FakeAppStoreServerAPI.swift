@@ -398,8 +398,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func statuses(_ request: Request, id: String) async throws -> Response {
-        if let refused = unauthorized(request) { return refused }
-        let answer: Response = state.withLock { state in
+        answer(request) { state in
             if let raw = state.rawStatuses[id] {
                 return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: raw)))
             }
@@ -419,8 +418,6 @@ public final class FakeAppStoreServerAPI: Sendable {
                 ]))]),
             ]))
         }
-        log(request, status: Int(answer.status.code))
-        return answer
     }
 
     /// Transaction History v2, oldest first, 20 a page; `revision` is how many of the customer's transactions
@@ -453,16 +450,13 @@ public final class FakeAppStoreServerAPI: Sendable {
 
     /// Get Transaction Info: that transaction as signed in the subscription's history (or its latest).
     func transactionInfo(_ request: Request, id: String) async throws -> Response {
-        if let refused = unauthorized(request) { return refused }
-        let answer: Response = state.withLock { state in
+        answer(request) { state in
             guard let owner = state.transactionOwners[id], let subscription = state.subscriptions[owner] else {
                 return Self.appleError(.notFound, 4_040_010, "Transaction id not found.")
             }
             let signed = subscription.history.first { UnverifiedPeek.payload(of: $0)?["transactionId"]?.stringValue == id } ?? subscription.signedTransactionInfo
             return Self.json(.ok, JSONObject(["signedTransactionInfo": .string(signed)]))
         }
-        log(request, status: Int(answer.status.code))
-        return answer
     }
 
     func refundHistory(_ request: Request, id: String) async throws -> Response {
@@ -512,6 +506,14 @@ public final class FakeAppStoreServerAPI: Sendable {
         return answer
     }
 
+    /// An authorized request's answer, made from the state under its lock, and logged with its status.
+    func answer(_ request: Request, _ make: (inout State) -> Response) -> Response {
+        if let refused = unauthorized(request) { return refused }
+        let answer: Response = state.withLock { state in make(&state) }
+        log(request, status: Int(answer.status.code))
+        return answer
+    }
+
     func massExtend(_ request: Request) async throws -> Response {
         if let refused = unauthorized(request) { return refused }
         let body = (try? StrictJSONParser().parseObject(Array(buffer: try await request.body.collect(upTo: 1 << 16)))) ?? JSONObject()
@@ -533,23 +535,17 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func massExtensionStatus(_ request: Request, requestIdentifier: String) async throws -> Response {
-        if let refused = unauthorized(request) { return refused }
-        let answer: Response = state.withLock { state in
+        answer(request) { state in
             guard let status = state.massExtensions[requestIdentifier] else { return Self.appleError(.notFound, 4_040_009, "Invalid request identifier.") }
             return Self.json(.ok, status)
         }
-        log(request, status: Int(answer.status.code))
-        return answer
     }
 
     func appTransaction(_ request: Request, id: String) async throws -> Response {
-        if let refused = unauthorized(request) { return refused }
-        let answer: Response = state.withLock { state in
+        answer(request) { state in
             guard let signed = state.appTransactions[id] else { return Self.appleError(.notFound, 4_040_010, "Transaction id not found.") }
             return Self.json(.ok, JSONObject(["signedAppTransactionInfo": .string(signed)]))
         }
-        log(request, status: Int(answer.status.code))
-        return answer
     }
 
     func consumption(_ request: Request, id: String) async throws -> Response {
@@ -635,8 +631,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     }
 
     func testStatus(_ request: Request, token: String) async throws -> Response {
-        if let refused = unauthorized(request) { return refused }
-        let answer: Response = state.withLock { state in
+        answer(request) { state in
             guard var test = state.tests[token] else { return Self.appleError(.badRequest, 4_000_020, "Invalid test notification token.") }
             test.polls += 1
             state.tests[token] = test
@@ -645,8 +640,6 @@ public final class FakeAppStoreServerAPI: Sendable {
             }
             return Self.json(.ok, CheckTestNotificationResponse(signedPayload: signed, sendAttempts: test.attempts).json)
         }
-        log(request, status: Int(answer.status.code))
-        return answer
     }
 }
 

@@ -51,28 +51,20 @@ struct APIKeysCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "list", abstract: "List the keys (never their secrets).")
 
-        @OptionGroup var connection: ConnectionOptions
-        @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var listing: ListingOptions
 
         func run() async throws {
-            let keys = try await connection.withMigratedStore { store in
-                return try await store.customers.apiKeys()
-            }
-            func time(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
-            if json {
-                printJSON(.array(keys.map { key in
-                    .object(JSONObject([
-                        "id": .string(key.id), "name": .string(key.name), "scope": .string(key.scope), "bundleIds": .array(key.bundleIds.map { .string($0) }),
-                        "createdAt": .string(time(key.createdAt)), "revokedAt": key.revokedAt.map { .string(time($0)) } ?? .null,
-                        "lastUsedAt": key.lastUsedAt.map { .string(time($0)) } ?? .null,
-                    ]))
-                }))
-                return
-            }
-            print("ID                SCOPE  STATE    CREATED                   NAME / BUNDLE IDS")
-            for key in keys {
+            try await listing.list(header: "ID                SCOPE  STATE    CREATED                   NAME / BUNDLE IDS") { store in
+                try await store.customers.apiKeys()
+            } object: { key in
+                JSONObject([
+                    "id": .string(key.id), "name": .string(key.name), "scope": .string(key.scope), "bundleIds": .array(key.bundleIds.map { .string($0) }),
+                    "createdAt": .string(listedTime(key.createdAt)), "revokedAt": key.revokedAt.map { .string(listedTime($0)) } ?? .null,
+                    "lastUsedAt": key.lastUsedAt.map { .string(listedTime($0)) } ?? .null,
+                ])
+            } line: { key in
                 let state = key.revokedAt == nil ? "active " : "revoked"
-                print("\(key.id)  \(key.scope.padding(toLength: 5, withPad: " ", startingAt: 0))  \(state)  \(time(key.createdAt))  \(UntrustedText.escaped(key.name, limit: 60)) / \(key.bundleIds.isEmpty ? "every app" : key.bundleIds.joined(separator: ","))")
+                return "\(key.id)  \(key.scope.padding(toLength: 5, withPad: " ", startingAt: 0))  \(state)  \(listedTime(key.createdAt))  \(UntrustedText.escaped(key.name, limit: 60)) / \(key.bundleIds.isEmpty ? "every app" : key.bundleIds.joined(separator: ","))"
             }
         }
     }

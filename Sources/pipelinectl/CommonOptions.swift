@@ -59,6 +59,27 @@ func printCreated(json: Bool, _ object: JSONObject, summary: String, secret: (la
     print("\(secret.label) (shown once): \(secret.value)")
 }
 
+/// What a `list` command reads: the connection, and whether to print JSON.
+struct ListingOptions: ParsableArguments {
+    @OptionGroup var connection: ConnectionOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    /// Reads the rows with a migrated store, then prints them: a JSON array of `object`s with `--json`, else
+    /// `header` (when there is one) and a `line` per row, or `empty` when there is none.
+    func list<Row: Sendable>(
+        header: String? = nil, empty: String? = nil, _ read: @Sendable (EntitlementStore) async throws -> [Row], object: (Row) -> JSONObject, line: (Row) -> String
+    ) async throws {
+        let rows = try await connection.withMigratedStore { store in try await read(store) }
+        if json { return printJSON(.array(rows.map { .object(object($0)) })) }
+        if let header { print(header) }
+        for row in rows { print(line(row)) }
+        if rows.isEmpty, let empty { print(empty) }
+    }
+}
+
+/// A time as the listings print it (RFC 3339 with milliseconds), `-` for none.
+func listedTime(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
+
 func jsonValue(_ string: String?) -> JSONValue { string.map { .string($0) } ?? .null }
 func jsonValue<I: BinaryInteger>(_ value: I?) -> JSONValue { value.map { .number(JSONNumber(Int64($0))) } ?? .null }
 func jsonValue(_ date: Date?) -> JSONValue { date.map { .string($0.formatted(.iso8601)) } ?? .null }

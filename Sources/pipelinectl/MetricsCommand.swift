@@ -75,7 +75,7 @@ struct MetricsCommand: AsyncParsableCommand {
             for (index, piece) in pieces.enumerated() {
                 var part = query
                 (part.from, part.to) = piece
-                table.rows += try await MetricsStore(client: store.client, logger: store.logger).metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
+                table.rows += try await store.metrics.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
                 if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
             }
             return table
@@ -167,24 +167,19 @@ struct ProductsCommand: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "list", abstract: "List the catalog (refreshed from observed periods first).")
-        @OptionGroup var connection: ConnectionOptions
-        @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var listing: ListingOptions
 
         func run() async throws {
-            let entries = try await connection.withMigratedStore { store in
-                try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
-                return try await MetricsStore(client: store.client, logger: store.logger).productCatalog()
-            }
-            if json {
-                printJSON(.array(entries.map { entry in
-                    .object(JSONObject([
-                        "productId": .string(entry.productId), "duration": .string(entry.duration), "source": .string(entry.source),
-                        "observedPeriods": .number(JSONNumber(entry.observedPeriods)),
-                    ]))
-                }))
-            } else {
-                for entry in entries { print("\(entry.productId)  \(entry.duration)  \(entry.source)  observed periods: \(entry.observedPeriods)") }
-                if entries.isEmpty { print("no subscription product observed yet") }
+            try await listing.list(empty: "no subscription product observed yet") { store in
+                try await store.metrics.refreshProductCatalog()
+                return try await store.metrics.productCatalog()
+            } object: { entry in
+                JSONObject([
+                    "productId": .string(entry.productId), "duration": .string(entry.duration), "source": .string(entry.source),
+                    "observedPeriods": .number(JSONNumber(entry.observedPeriods)),
+                ])
+            } line: { entry in
+                "\(entry.productId)  \(entry.duration)  \(entry.source)  observed periods: \(entry.observedPeriods)"
             }
         }
     }
@@ -205,7 +200,7 @@ struct ProductsCommand: AsyncParsableCommand {
         func run() async throws {
             let (productId, duration) = (productId, duration)
             try await connection.withMigratedStore { store in
-                try await MetricsStore(client: store.client, logger: store.logger).setProductDuration(productId: productId, duration: duration)
+                try await store.metrics.setProductDuration(productId: productId, duration: duration)
             }
             print("\(productId): \(duration) (manual)")
         }
@@ -217,7 +212,7 @@ struct ProductsCommand: AsyncParsableCommand {
 
         func run() async throws {
             let count = try await connection.withMigratedStore { store in
-                return try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
+                return try await store.metrics.refreshProductCatalog()
             }
             print("\(count) product(s) observed")
         }
@@ -240,7 +235,7 @@ struct ExchangeRatesCommand: AsyncParsableCommand {
         func run() async throws {
             let rates = try Self.parse(String(contentsOfFile: fromFile, encoding: .utf8))
             let count = try await connection.withMigratedStore { store in
-                return try await MetricsStore(client: store.client, logger: store.logger).loadExchangeRates(rates)
+                return try await store.metrics.loadExchangeRates(rates)
             }
             print("loaded \(count) rate(s)")
         }

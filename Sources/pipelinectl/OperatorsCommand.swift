@@ -37,25 +37,18 @@ struct OperatorsCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "list", abstract: "List the operators (never their passwords).")
 
-        @OptionGroup var connection: ConnectionOptions
-        @Flag(help: "Print JSON.") var json = false
+        @OptionGroup var listing: ListingOptions
 
         func run() async throws {
-            let operators = try await connection.withMigratedStore { store in
-                return try await store.console.operators()
-            }
-            func time(_ date: Date?) -> String { date.map { Timestamp($0).rfc3339Milliseconds } ?? "-" }
-            if json {
-                printJSON(.array(operators.map { account in
-                    .object(JSONObject([
-                        "email": .string(account.email), "role": .string(account.role.rawValue), "disabled": .bool(account.disabled),
-                        "createdAt": .string(time(account.createdAt)), "lastLoginAt": account.lastLoginAt.map { .string(time($0)) } ?? .null,
-                    ]))
-                }))
-            } else {
-                for account in operators {
-                    print("\(account.email)  \(account.role.rawValue)\(account.disabled ? "  disabled" : "")  last sign-in \(time(account.lastLoginAt))")
-                }
+            try await listing.list { store in
+                try await store.console.operators()
+            } object: { account in
+                JSONObject([
+                    "email": .string(account.email), "role": .string(account.role.rawValue), "disabled": .bool(account.disabled),
+                    "createdAt": .string(listedTime(account.createdAt)), "lastLoginAt": account.lastLoginAt.map { .string(listedTime($0)) } ?? .null,
+                ])
+            } line: { account in
+                "\(account.email)  \(account.role.rawValue)\(account.disabled ? "  disabled" : "")  last sign-in \(listedTime(account.lastLoginAt))"
             }
         }
     }

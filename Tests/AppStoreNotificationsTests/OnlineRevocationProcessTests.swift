@@ -1,7 +1,6 @@
 import Foundation
 import PipelineTestSupport
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 

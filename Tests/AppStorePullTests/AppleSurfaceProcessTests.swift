@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
-import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing

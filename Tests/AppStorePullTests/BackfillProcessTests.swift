@@ -5,7 +5,6 @@ import KafkaClient
 import NotificationRecords
 import ServiceRuntime
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport
@@ -105,13 +104,7 @@ struct BackfillProcessTests: ProcessSuite {
         failedHistory(scene, count: 200, first: 1_000)  // 10 pages
         let slow = ["APPSTORE_RATE_LIMIT_HISTORY": "2"]  // 2 pages at once, then one every 0.5 s
         let (process, _) = try scene.start(Self.backfillArguments, extra: slow)
-        var pages = 0
-        let deadline = ContinuousClock.now + .seconds(60)
-        while pages < 4, process.isRunning, ContinuousClock.now < deadline {
-            pages = try await scene.query("SELECT coalesce(max(pages), 0) FROM backfill_runs", as: Int.self).first ?? 0
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        await ChildProcess.kill(process)
+        try await scene.kill(process, whenProgress: "SELECT coalesce(max(pages), 0) FROM backfill_runs", reaches: 4)
         let checkpoint = try await scene.query("SELECT pagination_token FROM backfill_runs WHERE completed_at IS NULL", as: String?.self)
         let checkpointPages = try await scene.query("SELECT pages FROM backfill_runs WHERE completed_at IS NULL", as: Int.self)
         #expect(checkpoint.count == 1 && checkpointPages.first.map { $0 >= 4 && $0 < 10 } == true, "killed mid-run: \(checkpointPages)")

@@ -4,7 +4,6 @@ import KafkaClient
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport
@@ -16,6 +15,8 @@ import PipelineTestSupport
     .requiresKafkaAndPostgres)
 struct ReconcileProcessTests: ProcessSuite {
     static let app = ["--bundle-id", FakeAppleFixture.bundleId, "--environment", "Production"]
+    /// A subscription month in the minted lifecycles (milliseconds).
+    static let month: Int64 = 30 * 86_400_000
     static let fast = ["APPSTORE_RATE_LIMIT_STATUSES": "1000", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY": "1000"]
 
     /// What the fake Apple says of a subscription whose latest event is `event`.
@@ -196,13 +197,7 @@ struct ReconcileProcessTests: ProcessSuite {
         }
         let arguments = ["reconcile"] + Self.app + ["--transaction-id"] + ids + ["--wait", "1s", "--json"]
         let (process, _) = try scene.start(arguments, extra: ["APPSTORE_RATE_LIMIT_STATUSES": "4"])  // 4 at once, then one every 0.25 s
-        var position = 0
-        let deadline = ContinuousClock.now + .seconds(60)
-        while position < 8, process.isRunning, ContinuousClock.now < deadline {
-            position = try await scene.query("SELECT coalesce(max(position), 0) FROM pull_runs", as: Int.self).first ?? 0
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        await ChildProcess.kill(process)
+        try await scene.kill(process, whenProgress: "SELECT coalesce(max(position), 0) FROM pull_runs", reaches: 8)
         let checkpoint = try #require(try await scene.query("SELECT position FROM pull_runs WHERE completed_at IS NULL", as: Int.self).first)
         #expect(checkpoint >= 8 && checkpoint < 20, "killed mid-run at \(checkpoint)")
         let before = scene.apple.fake.requests.count
@@ -218,7 +213,6 @@ struct ReconcileProcessTests: ProcessSuite {
     func ordering() async throws {
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
         let minter = scene.fixture.minter
-        let month: Int64 = 30 * 86_400_000
         let t0: Int64 = 1_785_000_000_000
         func event(_ step: Int, _ type: String, at time: Int64, status: Int32 = 1) -> NotificationMinter.SubscriptionEvent {
             var e = NotificationMinter.SubscriptionEvent.sample(seed: 6_001, signedDate: time, type: type)
@@ -226,16 +220,16 @@ struct ReconcileProcessTests: ProcessSuite {
             e.originalTransactionId = "3000000000006001"
             e.transactionId = String(3_100_000_000_006_000 + step)
             e.purchaseDate = time
-            e.expiresDate = time + month
+            e.expiresDate = time + Self.month
             e.status = status
             return e
         }
         let older = event(1, "DID_RENEW", at: t0)
-        var expiredTruth = event(2, "EXPIRED", at: t0 + month + 1_000, status: 2)
+        var expiredTruth = event(2, "EXPIRED", at: t0 + Self.month + 1_000, status: 2)
         expiredTruth.purchaseDate = t0
-        expiredTruth.expiresDate = t0 + month
+        expiredTruth.expiresDate = t0 + Self.month
         expiredTruth.transactionId = older.transactionId
-        let newer = event(3, "SUBSCRIBED", at: t0 + 2 * month)
+        let newer = event(3, "SUBSCRIBED", at: t0 + 2 * Self.month)
         // The snapshot first, then the older notification: the snapshot's state stays.
         scene.apple.fake.setSubscription(Self.truth(expiredTruth, minter: minter))
         let reconcile = try await scene.run(["reconcile"] + Self.app + ["--transaction-id", "3000000000006001", "--json"], extra: Self.fast)
@@ -266,7 +260,6 @@ struct ReconcileProcessTests: ProcessSuite {
     func onboarding() async throws {
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL)
         let minter = scene.fixture.minter
-        let month: Int64 = 30 * 86_400_000
         var ids: [String] = []
         var expectedRows: [String] = []
         var transactionCount = 0
@@ -275,12 +268,12 @@ struct ReconcileProcessTests: ProcessSuite {
             let count = 5 + (index % 3) * 20  // 5, 25 or 45 transactions: 1, 2 or 3 pages of 20
             var events: [NotificationMinter.SubscriptionEvent] = []
             for step in 0..<count {
-                let start = Int64(1_770_000_000_000) + Int64(step) * month / 4
+                let start = Int64(1_770_000_000_000) + Int64(step) * Self.month / 4
                 var e = NotificationMinter.SubscriptionEvent.sample(seed: 7_000 + index, signedDate: start, type: "DID_RENEW")
                 e.originalTransactionId = String(3_000_000_000_070_000 + index)
                 e.transactionId = String(3_200_000_000_000_000 + index * 100 + step)
                 e.purchaseDate = start
-                e.expiresDate = start + month / 4
+                e.expiresDate = start + Self.month / 4
                 e.status = index % 4 == 0 ? 2 : 1
                 events.append(e)
             }
@@ -304,7 +297,7 @@ struct ReconcileProcessTests: ProcessSuite {
         let sample = try await scene.query(
             "SELECT transaction_id || ' ' || product_id || ' ' || (extract(epoch FROM expires_date) * 1000)::bigint FROM transactions WHERE transaction_id = '3200000000000244'",
             as: String.self)
-        #expect(sample == ["3200000000000244 com.example.pipeline.pro.monthly \(Int64(1_770_000_000_000) + 44 * month / 4 + month / 4)"], "stored as decoded: \(sample)")
+        #expect(sample == ["3200000000000244 com.example.pipeline.pro.monthly \(Int64(1_770_000_000_000) + 44 * Self.month / 4 + Self.month / 4)"], "stored as decoded: \(sample)")
         #expect(try await Self.rows(scene) == expectedRows.sorted(), "entitlements as Apple says")
 
         // Five customers buy once more; a second import asks only for what changed.
@@ -315,7 +308,7 @@ struct ReconcileProcessTests: ProcessSuite {
             e.originalTransactionId = subscription.originalTransactionId
             e.transactionId = String(3_200_000_000_000_000 + index * 100 + 99)
             e.purchaseDate = 1_790_000_000_000
-            e.expiresDate = 1_790_000_000_000 + month
+            e.expiresDate = 1_790_000_000_000 + Self.month
             subscription.history.append(minter.chain.sign(minter.transaction(e)))
             scene.apple.fake.setSubscription(subscription)
         }

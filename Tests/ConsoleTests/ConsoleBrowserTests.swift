@@ -3,7 +3,6 @@ import Foundation
 import KafkaClient
 import PipelineTestSupport
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 

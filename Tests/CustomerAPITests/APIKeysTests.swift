@@ -4,9 +4,9 @@ import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
-import StoreTestSupport
 import Testing
 import PipelineTestSupport
+import TestSupport
 
 @Suite("Customer API keys: the secret's shape, hashing and the constant-time check")
 struct APIKeySecretTests {

@@ -1,8 +1,8 @@
 import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
-import StoreTestSupport
 import Testing
+import TestSupport
 
 @Suite("Customer API: erasure (DELETE a customer) through customer-api, worker, broker and PostgreSQL", .serialized, .requiresKafkaAndPostgres)
 struct CustomerAPIErasureTests: ProcessSuite {

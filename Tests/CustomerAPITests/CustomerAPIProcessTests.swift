@@ -5,7 +5,6 @@ import KafkaClient
 import PipelineOperations
 import ServiceRuntime
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 

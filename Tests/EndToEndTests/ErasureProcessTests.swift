@@ -3,7 +3,6 @@ import EntitlementStore
 import Foundation
 import PipelineTestSupport
 import PostgresNIO
-import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing
@@ -166,14 +165,7 @@ struct ErasureProcessTests: ProcessSuite {
         #expect(aNamed.isEmpty, "\(aNamed.count) record(s) about A were produced after the erasure")
 
         // A renewal Apple signs after the erasure: applied, access granted, a new history.
-        var renewal = aEvents[1]
-        renewal.notificationUUID = UUID().uuidString.lowercased()
-        renewal.transactionId = "3100000000000009999"
-        renewal.signedDate = Int64(Date().timeIntervalSince1970 * 1000) + 1_000
-        renewal.purchaseDate = renewal.signedDate
-        renewal.expiresDate = renewal.signedDate + 30 * 86_400_000
-        renewal.status = 1
-        renewal.autoRenewStatus = 1
+        let renewal = aEvents[1].renewedNow(transactionId: "3100000000000009999", notificationUUID: UUID().uuidString.lowercased(), delay: 1_000)
         #expect(await pull.deliver(minter.signedNotification(renewal)) == .success)
         #expect(try await scene.fixture.waitForLag(group: pull.group))
         let active = try await pull.query(

@@ -5,7 +5,6 @@ import KafkaClient
 import PipelineOperations
 import PipelineTestSupport
 import ServiceRuntime
-import StoreTestSupport
 import TestSupport
 import Testing
 
@@ -97,7 +96,7 @@ struct TracingProcessTests: ProcessSuite {
 
         #expect(try await TestDatabase.waitForLedger(scene.scene.database, count: events.count), "\(scene.fixture.logTail())")
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+        let expectedCount = try await scene.outboxCount()
         let topic = try await scene.topicEvents(atLeast: expectedCount)
         #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/traced"), "\(scene.fixture.logTail())")
 
@@ -242,7 +241,7 @@ struct TracingProcessTests: ProcessSuite {
         let later = NotificationMinter.lifecycleEvents(subscriptions: 2, firstSubscription: 8_300)
         for event in later { #expect(await scene.scene.deliver(minter.signedNotification(event)) == .success) }
         #expect(try await TestDatabase.waitForLedger(scene.scene.database, count: events.count + later.count), "\(scene.fixture.logTail())")
-        let outbox = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+        let outbox = try await scene.outboxCount()
         let laterTopic = try await scene.topicEvents(atLeast: outbox)
         #expect(try await scene.waitDelivered(Set(laterTopic.byId.keys), path: "/hook/traced"), "\(scene.fixture.logTail())")
         var dropped = false

@@ -3,7 +3,6 @@ import Foundation
 import KafkaClient
 import ServiceRuntime
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 
@@ -175,16 +174,7 @@ struct EventsProcessTests: ProcessSuite {
         try await fixture.createTopics(partitions: 4, topic: topicB)
         let databaseB = try await TestDatabase.create("ev" + UUID().uuidString.prefix(8).lowercased() + "b", on: postgresURL)
         let groupB = TestServices.uniqueName("events-killed")
-        let half = distinct / 2
-        try await fixture.produce(payloads[..<half], topic: topicB)
-        workers = [
-            try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB, batchSize: 10).process,
-            try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB, batchSize: 10).process,
-        ]
-        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 10), "\(fixture.logTail())")
-        await ChildProcess.kill(workers[0])
-        try await fixture.produce(payloads[half...], topic: topicB)
-        workers[0] = try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB).process
+        workers = try await fixture.killOneWorkerMidStream(payloads, distinct: distinct, topic: topicB, group: groupB, database: databaseB, batchSize: 10).workers
         #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct), "\(fixture.logTail())")
         let readB = try await ReadEvent.readAll(fixture, topic: fixture.eventsTopic(topicB), atLeast: expectedCount)
         await fixture.stopOneByOne(workers)

@@ -143,14 +143,7 @@ struct ErasureStoreTests: MintedSuite {
             await #expect(throws: ErasureFailure.self) { _ = try await other.store(replay) }
 
             // A renewal Apple signed after the erasure (the person is still billed) is applied: a new history.
-            var renewal = aEvents[1]
-            renewal.notificationUUID = deterministicUUID(77_000_002)
-            renewal.transactionId = "3100000000000000888"
-            renewal.signedDate = Int64(Date().timeIntervalSince1970 * 1000) + 5_000
-            renewal.purchaseDate = renewal.signedDate
-            renewal.expiresDate = renewal.signedDate + 30 * 86_400_000
-            renewal.status = 1
-            renewal.autoRenewStatus = 1
+            let renewal = aEvents[1].renewedNow(transactionId: "3100000000000000888", notificationUUID: deterministicUUID(77_000_002), delay: 5_000)
             let signed = minter.signedNotification(renewal)
             let renewed = try await store.store([StoredNotification(verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: 5_000)])
             #expect(renewed.applied == 1 && renewed.suppressed.isEmpty)

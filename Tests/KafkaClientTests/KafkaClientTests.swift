@@ -1,16 +1,16 @@
 import Foundation
 @_spi(Testing) import KafkaClient
-import StoreTestSupport
+import BrokerTestSupport
 import TestSupport
 import Testing
 
 @Suite("Kafka client against a real broker", .serialized, .requiresKafka)
 struct KafkaClientTests {
-    @Test("produce and consume with keys, headers and timestamps")
+    @Test("produce and consume with keys, headers and timestamps", .freshTopic(partitions: 3))
     func produceAndConsume() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 3)
-        let producer = try testProducer(bootstrap: bootstrap)
+        let scope = try TestTopic.required
+        let (bootstrap, topic) = (scope.bootstrap, scope.name)
+        let producer = try scope.producer()
         var sent: [String: KafkaDeliveryReport] = [:]
         for index in 0..<30 {
             let report = try await producer.sendAndAwait(
@@ -56,11 +56,11 @@ struct KafkaClientTests {
         #expect(partitionsByKey.values.allSatisfy { $0.count == 1 })
     }
 
-    @Test("sendInOrderAndAwait: one result per record in order, every key's records in its partition in the order given; a closed producer fails them all")
+    @Test("sendInOrderAndAwait: one result per record in order, every key's records in its partition in the order given; a closed producer fails them all", .freshTopic(partitions: 3))
     func sendInOrder() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 3)
-        let producer = try testProducer(bootstrap: bootstrap)
+        let scope = try TestTopic.required
+        let topic = scope.name
+        let producer = try scope.producer()
         let messages = (0..<300).map { index in
             KafkaProducerMessage(topic: topic, key: Array("key-\(index % 7)".utf8), value: Array(String(index).utf8))
         }
@@ -80,12 +80,12 @@ struct KafkaClientTests {
         #expect(await producer.sendInOrderAndAwait([]).isEmpty)
     }
 
-    @Test("a group resumes exactly after its committed offset")
+    @Test("a group resumes exactly after its committed offset", .freshTopic(partitions: 1))
     func exactResume() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 1)
-        let group = TestServices.uniqueName("group")
-        let producer = try testProducer(bootstrap: bootstrap)
+        let scope = try TestTopic.required
+        let (bootstrap, topic) = (scope.bootstrap, scope.name)
+        let group = scope.group
+        let producer = try scope.producer()
         for index in 0..<20 { _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, value: Array("m\(index)".utf8))) }
         await producer.close()
 
@@ -102,13 +102,13 @@ struct KafkaClientTests {
         #expect(secondBatch.first.map { String(decoding: $0.value, as: UTF8.self) } == "m12")
     }
 
-    @Test("two members split the partitions, and one takes over when the other leaves, nothing lost or doubled")
+    @Test("two members split the partitions, and one takes over when the other leaves, nothing lost or doubled", .freshTopic(partitions: 6))
     func twoMembers() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 6)
-        let group = TestServices.uniqueName("group")
+        let scope = try TestTopic.required
+        let (bootstrap, topic) = (scope.bootstrap, scope.name)
+        let group = scope.group
         let total = 600
-        let producer = try testProducer(bootstrap: bootstrap)
+        let producer = try scope.producer()
         for index in 0..<total { try producer.send(KafkaProducerMessage(topic: topic, key: Array("k\(index)".utf8), value: Array("\(index)".utf8))) }
         try await producer.flush(timeoutMilliseconds: 10_000)
         await producer.close()
@@ -178,11 +178,11 @@ struct KafkaClientTests {
         broker.kill()
     }
 
-    @Test("the timestamp scan finds the first record at or after a time on tansu")
+    @Test("the timestamp scan finds the first record at or after a time on tansu", .freshTopic(partitions: 1))
     func timestampScan() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 1)
-        let producer = try testProducer(bootstrap: bootstrap)
+        let scope = try TestTopic.required
+        let (bootstrap, topic) = (scope.bootstrap, scope.name)
+        let producer = try scope.producer()
         for index in 0..<40 {
             _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, partition: 0, value: [UInt8(index)], timestamp: 5_000_000 + Int64(index) * 10))
         }
@@ -195,12 +195,12 @@ struct KafkaClientTests {
         await admin.close()
     }
 
-    @Test("resetting an idle group replays from the start; a group with a live member is refused")
+    @Test("resetting an idle group replays from the start; a group with a live member is refused", .freshTopic(partitions: 2))
     func offsetReset() async throws {
-        let bootstrap = try requireKafka()
-        let topic = try await makeTopic(bootstrap, partitions: 2)
-        let group = TestServices.uniqueName("group")
-        let producer = try testProducer(bootstrap: bootstrap)
+        let scope = try TestTopic.required
+        let (bootstrap, topic) = (scope.bootstrap, scope.name)
+        let group = scope.group
+        let producer = try scope.producer()
         for index in 0..<10 { _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: Array("\(index)".utf8), value: Array("\(index)".utf8))) }
         await producer.close()
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: testLogger)

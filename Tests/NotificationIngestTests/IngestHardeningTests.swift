@@ -1,6 +1,5 @@
 import Foundation
 @testable import ServiceRuntime
-import StoreTestSupport
 import TestSupport
 import Testing
 

@@ -4,7 +4,6 @@ import KafkaClient
 import NotificationIngest
 import NotificationRecords
 import PipelineConfiguration
-import StoreTestSupport
 import TestSupport
 import Testing
 

@@ -1,6 +1,5 @@
 import Foundation
 import KafkaClient
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

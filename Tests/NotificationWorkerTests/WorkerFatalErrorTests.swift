@@ -1,7 +1,6 @@
 import Foundation
 @_spi(Testing) import KafkaClient
 import ServiceRuntime
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -1,6 +1,5 @@
 import Foundation
 import ServiceRuntime
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -1,6 +1,5 @@
 import Foundation
 import ServiceRuntime
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport
@@ -81,22 +80,13 @@ struct WorkerProcessTests: ProcessSuite {
         let topicB = fixture.topic + ".b"
         try await fixture.createTopics(partitions: 4, topic: topicB)
         let databaseB = try await newDatabase("b")
-        let half = distinct / 2
-        try await fixture.produce(payloads[..<half], topic: topicB)
         // Small batches: more of them in flight, so the kill is likely to land inside one.
-        workers = [
-            try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB, batchSize: 25).process,
-            try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB, batchSize: 25).process,
-        ]
-        #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct / 10), "\(fixture.logTail())")
-        await ChildProcess.kill(workers[0])
-        let killedAt = await TestDatabase.ledgerCount(databaseB)
-        try await fixture.produce(payloads[half...], topic: topicB)
-        workers[0] = try await fixture.startWorker(group: groupB, postgresURL: databaseB, topic: topicB).process
+        let killedAt: Int
+        (workers, killedAt) = try await fixture.killOneWorkerMidStream(payloads, distinct: distinct, topic: topicB, group: groupB, database: databaseB, batchSize: 25)
         #expect(try await TestDatabase.waitForLedger(databaseB, count: distinct), "after the kill every notification was stored\n\(fixture.logTail())")
         #expect(try await fixture.waitForLag(group: groupB, topic: topicB))
         await finish(workers)
-        #expect(killedAt <= half, "only the first half was in the topic at the kill (\(killedAt) of \(distinct) stored)")
+        #expect(killedAt <= distinct / 2, "only the first half was in the topic at the kill (\(killedAt) of \(distinct) stored)")
         #expect(try await TestDatabase.digest(databaseB, topicRenamed: (topicB, fixture.topic)) == reference, "kill -9 changed the outcome")
         try await checkDeadLetters(groupB, "kill -9", exact: false, topic: topicB)
 

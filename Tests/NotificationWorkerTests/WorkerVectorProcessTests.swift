@@ -4,7 +4,6 @@ import KafkaClient
 import NotificationRecords
 import ServiceRuntime
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

@@ -3,7 +3,6 @@ import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 import PipelineTestSupport

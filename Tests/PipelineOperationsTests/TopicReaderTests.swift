@@ -1,7 +1,6 @@
 import Foundation
 import KafkaClient
 import PipelineOperations
-import StoreTestSupport
 import Synchronization
 import TestSupport
 import Testing

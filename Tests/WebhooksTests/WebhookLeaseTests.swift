@@ -1,7 +1,6 @@
 import EntitlementStore
 import Foundation
 import PostgresNIO
-import StoreTestSupport
 import TestSupport
 import Testing
 import Webhooks

@@ -1,7 +1,6 @@
 import AppStoreNotifications
 import Foundation
 import KafkaClient
-import StoreTestSupport
 import TestSupport
 import Testing
 import Webhooks
@@ -36,7 +35,7 @@ struct WebhooksProcessTests: ProcessSuite {
         try await scene.startWebhooks()
         try await scene.fixture.produce(events.map(scene.fixture.minter.signedNotification))
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
+        let expectedCount = try await scene.outboxCount()
         let topic = try await scene.topicEvents(atLeast: expectedCount)
         #expect(topic.byId.count == expectedCount && expectedCount > 20, "\(topic.byId.count) events on the topic, \(expectedCount) in the outbox")
 
@@ -109,12 +108,7 @@ struct WebhooksProcessTests: ProcessSuite {
         ])
         let events = NotificationMinter.lifecycleEvents(subscriptions: 8)
         try await scene.fixture.produce(events.map(scene.fixture.minter.signedNotification))
-        #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
-        let topic = try await scene.topicEvents(atLeast: expectedCount)
-        #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/healthy", timeout: .seconds(120)), "the healthy endpoint starved: \(scene.fixture.logTail())")
-        let received = scene.receivedOrder("/hook/healthy")
-        for (subject, ids) in topic.bySubject { #expect(received[subject] == ids, "\(subject): \(received[subject] ?? []) vs \(ids)") }
+        let topic = try await scene.expectEveryEventDeliveredInOrder(to: "/hook/healthy", timeout: .seconds(120))
 
         // Stalled and trickling attempts were cut at the deadline and logged as timeouts (never hung past their lease).
         for endpoint in [stall.id, trickle.id] {
@@ -168,9 +162,7 @@ struct WebhooksProcessTests: ProcessSuite {
         try await scene.startWebhooks()
         let events = NotificationMinter.lifecycleEvents(subscriptions: 6)
         try await scene.fixture.produce(events.map(scene.fixture.minter.signedNotification))
-        #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
-        let topic = try await scene.topicEvents(atLeast: expectedCount)
+        let topic = try await scene.caughtUpTopicEvents()
         // Every event is enqueued for the disabled endpoint (the ingester has read them all once this holds), none sent.
         let deadline = ContinuousClock.now + .seconds(60)
         var waiting = 0
@@ -223,7 +215,7 @@ struct WebhooksProcessTests: ProcessSuite {
         let events = NotificationMinter.lifecycleEvents(subscriptions: 4)
         try await scene.fixture.produce(events.prefix(6).map(scene.fixture.minter.signedNotification))
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        var topic = try await scene.topicEvents(atLeast: try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0)
+        var topic = try await scene.topicEvents(atLeast: try await scene.outboxCount())
         #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/a"))
 
         let rotated = try await scene.scene.run(["webhooks", "rotate-secret", "--endpoint", endpoint.id, "--json"], extra: scene.toolEnvironment)
@@ -232,7 +224,7 @@ struct WebhooksProcessTests: ProcessSuite {
         let before = Set(topic.byId.keys)
         try await scene.fixture.produce(events.dropFirst(6).map(scene.fixture.minter.signedNotification))
         #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        topic = try await scene.topicEvents(atLeast: try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0)
+        topic = try await scene.topicEvents(atLeast: try await scene.outboxCount())
         let after = Set(topic.byId.keys).subtracting(before)
         let afterDelivered = try await scene.waitDelivered(after, path: "/hook/a")
         #expect(!after.isEmpty && afterDelivered)
@@ -322,12 +314,7 @@ struct WebhooksProcessTests: ProcessSuite {
         try await scene.fixture.produce(events.dropFirst(half).map(scene.fixture.minter.signedNotification))
         try await scene.startWebhooks(extra: share)
 
-        #expect(try await scene.fixture.waitForLag(group: scene.scene.group))
-        let expectedCount = try await scene.scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
-        let topic = try await scene.topicEvents(atLeast: expectedCount)
-        #expect(try await scene.waitDelivered(Set(topic.byId.keys), path: "/hook/a", timeout: .seconds(120)), "\(scene.fixture.logTail())")
-        let received = scene.receivedOrder("/hook/a")
-        for (subject, ids) in topic.bySubject { #expect(received[subject] == ids, "\(subject): \(received[subject] ?? []) vs \(ids)") }
+        try await scene.expectEveryEventDeliveredInOrder(to: "/hook/a", timeout: .seconds(120))
         for delivery in scene.receiver.deliveries {
             #expect(WebhookSignature.verify(id: delivery.id, timestamp: delivery.timestamp, body: delivery.body, header: delivery.signature, secret: endpoint.secret, now: Int64(Date().timeIntervalSince1970)))
         }

@@ -219,15 +219,19 @@ public final class SignedPayloadVerifier: Sendable {
             throw .signatureMismatch("the signature is \(signature.count) bytes; ES256 signatures are 64 (raw R‖S)")
         }
 
-        let payload: JSONObject
-        do {
-            payload = try parser.parseObject(payloadBytes)
-        } catch {
-            throw .malformedPayload("the payload is not a strict JSON object: \(error)")
-        }
+        let payload = try strictObject(payloadBytes) { .malformedPayload("the payload is not a strict JSON object: \($0)") }
         var hasher = SHA256()
         hasher.update(bufferPointer: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: bytes[..<dots[1]])))
         return ParsedJWS(x5c: x5c, payload: payload, signature: signature, digest: hasher.finalize())
+    }
+
+    /// `bytes` as a strict JSON object (`StrictJSONParser`), or `failure` with the parser's reason.
+    func strictObject(_ bytes: [UInt8], or failure: (String) -> VerificationError) throws(VerificationError) -> JSONObject {
+        do {
+            return try parser.parseObject(bytes)
+        } catch {
+            throw failure("\(error)")
+        }
     }
 
     /// Step 2: the protected header's `x5c`, after checking `alg`, `crit`, `b64` and the chain's shape.
@@ -248,12 +252,7 @@ public final class SignedPayloadVerifier: Sendable {
         guard let headerBytes = Base64.decode(headerSegment, alphabet: .url) else {
             throw .malformedJWS("the header segment is not canonical unpadded base64url")
         }
-        let header: JSONObject
-        do {
-            header = try parser.parseObject(headerBytes)
-        } catch {
-            throw .malformedHeader("the protected header is not a strict JSON object: \(error)")
-        }
+        let header = try strictObject(headerBytes) { .malformedHeader("the protected header is not a strict JSON object: \($0)") }
         guard let algorithm = header["alg"] else { throw .unsupportedAlgorithm("the header has no alg; App Store JWSs use ES256") }
         guard algorithm == .string("ES256") else {
             throw .unsupportedAlgorithm("alg is \(UntrustedText.escaped(algorithm.serialized, limit: 40)); only ES256 is accepted")

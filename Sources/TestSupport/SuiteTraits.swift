@@ -1,5 +1,4 @@
 import Testing
-import TestSupport
 
 /// The one gate of suites that need a real service: enabled where the service's URL is set (scripts/services.sh
 /// up), and in CI always, so a missing service fails the suite there instead of skipping it.
