@@ -98,17 +98,13 @@ struct AppleTokenRetrier: Service {
 
     func run() async throws {
         guard enabled else { return try await gracefulShutdown() }
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                guard !Task.isCancelled else { return }
-                do {
-                    for record in try await handler.store.purchasesAwaitingAppleToken(limit: 50) {
-                        await handler.tellAppleTheOwner(record, ownershipType: nil)
-                    }
-                } catch {
-                    logger.debug("could not list the owners Apple has not been told: \(String(reflecting: error))")
+        await repeatUntilGracefulShutdown(every: interval, firstAfter: interval) {
+            do {
+                for record in try await handler.store.purchasesAwaitingAppleToken(limit: 50) {
+                    await handler.tellAppleTheOwner(record, ownershipType: nil)
                 }
+            } catch {
+                logger.debug("could not list the owners Apple has not been told: \(String(reflecting: error))")
             }
         }
     }

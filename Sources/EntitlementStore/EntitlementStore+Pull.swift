@@ -14,12 +14,6 @@ public struct EntitlementSummary: Sendable, Hashable {
     public var status: String
     public var expiresAt: Int64?
     public var productId: String?
-
-    public init(status: String, expiresAt: Int64?, productId: String?) {
-        self.status = status
-        self.expiresAt = expiresAt
-        self.productId = productId
-    }
 }
 
 /// A pending or answered consumption request.

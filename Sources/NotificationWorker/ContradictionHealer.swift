@@ -3,6 +3,7 @@ import AppStorePull
 import EntitlementStore
 import Logging
 import ServiceLifecycle
+import ServiceRuntime
 
 /// Heals rows that contradict Apple's last word: every `interval`, claims the contradicted rows (several workers
 /// claim different ones) and asks Apple for each subscription's statuses through the path `pipelinectl reconcile`
@@ -24,12 +25,7 @@ struct ContradictionHealer: Service {
     let logger: Logger
 
     func run() async throws {
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                await healOnce()
-                try? await Task.sleep(for: interval)
-            }
-        }
+        await repeatUntilGracefulShutdown(every: interval) { await healOnce() }
         for reconciler in reconcilers.values { await reconciler.api.shutdown() }
     }
 

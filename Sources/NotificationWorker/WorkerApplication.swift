@@ -88,36 +88,30 @@ struct WorkerMaintenance: Service {
 
     func run() async throws {
         guard let interval else { return try await gracefulShutdown() }
-        await cancelWhenGracefulShutdown {
-            var wait = min(interval, .seconds(60))
-            while !Task.isCancelled {
-                try? await Task.sleep(for: wait)
-                wait = interval
-                guard !Task.isCancelled else { return }
-                await worker.runPendingErasures()
-                do {
-                    let deleted = try await retention.client.withConnection { connection in
-                        var locked = false
-                        for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
-                            locked = value
-                        }
-                        guard locked else { return [String: Int]() }
-                        do {
-                            let deleted = try await retention.prune(policy)
-                            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                            return deleted
-                        } catch {
-                            _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                            throw error
-                        }
+        await repeatUntilGracefulShutdown(every: interval, firstAfter: min(interval, .seconds(60))) {
+            await worker.runPendingErasures()
+            do {
+                let deleted = try await retention.client.withConnection { connection in
+                    var locked = false
+                    for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
+                        locked = value
                     }
-                    for (store, count) in deleted { metrics.retentionDeleted(store: store, count) }
-                    if deleted.values.contains(where: { $0 > 0 }) {
-                        logger.info("retention: pruned", metadata: Logger.Metadata(uniqueKeysWithValues: deleted.map { ($0.key, "\($0.value)") }))
+                    guard locked else { return [String: Int]() }
+                    do {
+                        let deleted = try await retention.prune(policy)
+                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                        return deleted
+                    } catch {
+                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                        throw error
                     }
-                } catch {
-                    logger.warning("retention round failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
                 }
+                for (store, count) in deleted { metrics.retentionDeleted(store: store, count) }
+                if deleted.values.contains(where: { $0 > 0 }) {
+                    logger.info("retention: pruned", metadata: Logger.Metadata(uniqueKeysWithValues: deleted.map { ($0.key, "\($0.value)") }))
+                }
+            } catch {
+                logger.warning("retention round failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
             }
         }
     }
@@ -131,18 +125,15 @@ struct ConsumptionRequestGauge: Service {
     let logger: Logger
 
     func run() async throws {
-        await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                do {
-                    let summary = try await store.pendingConsumptionSummary()
-                    metrics.consumptionRequestsPending.record(Double(summary.count))
-                    let now = Int64(Date().timeIntervalSince1970 * 1000)
-                    metrics.consumptionRequestDeadline.record(Double(summary.nearestDeadline.map { $0 - now } ?? 43_200_000) / 1000)
-                    for (reason, count) in try await store.contradictionCounts() { metrics.contradicted(reason: reason, count) }
-                } catch {
-                    logger.debug("could not read pending consumption requests: \(error)")
-                }
-                try? await Task.sleep(for: .seconds(30))
+        await repeatUntilGracefulShutdown(every: .seconds(30)) {
+            do {
+                let summary = try await store.pendingConsumptionSummary()
+                metrics.consumptionRequestsPending.record(Double(summary.count))
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                metrics.consumptionRequestDeadline.record(Double(summary.nearestDeadline.map { $0 - now } ?? 43_200_000) / 1000)
+                for (reason, count) in try await store.contradictionCounts() { metrics.contradicted(reason: reason, count) }
+            } catch {
+                logger.debug("could not read pending consumption requests: \(error)")
             }
         }
     }

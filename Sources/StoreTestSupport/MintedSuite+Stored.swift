@@ -11,4 +11,6 @@ extension MintedSuite {
             receivedAt: Timestamp(millisecondsSince1970: event.signedDate))
     }
 
+    /// The erasure key of the erasure suites (a test secret, not a deployment's).
+    public var erasureKey: ErasureKey { try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key") }
 }

@@ -21,12 +21,7 @@ public struct TestCertificateAuthority: Sendable {
     /// Creates a new self-signed root, valid 2020–2040, named like Apple's.
     public init(commonName: String = "Test Root CA - G3") throws {
         let key = P384.Signing.PrivateKey()
-        let name = try DistinguishedName {
-            CountryName("US")
-            OrganizationName("Pipeline Test PKI")
-            OrganizationalUnitName("Test Certification Authority")
-            CommonName(commonName)
-        }
+        let name = try Self.testName(unit: "Test Certification Authority", common: commonName)
         self.rootKey = key
         self.rootCertificate = try Certificate(
             version: .v3,
@@ -67,15 +62,20 @@ public struct TestCertificateAuthority: Sendable {
         }
     }
 
+    /// A name of the test PKI, shaped as Apple's: country, organization, unit, common name.
+    static func testName(unit: String, common: String) throws -> DistinguishedName {
+        try DistinguishedName {
+            CountryName("US")
+            OrganizationName("Pipeline Test PKI")
+            OrganizationalUnitName(unit)
+            CommonName(common)
+        }
+    }
+
     /// Issues an intermediate and a leaf under this root.
     public func issueChain(_ options: Options = Options()) throws -> TestSigningChain {
         let intermediateKey = P384.Signing.PrivateKey()
-        let intermediateName = try DistinguishedName {
-            CountryName("US")
-            OrganizationName("Pipeline Test PKI")
-            OrganizationalUnitName("G6")
-            CommonName("Test Worldwide Developer Relations Certification Authority")
-        }
+        let intermediateName = try Self.testName(unit: "G6", common: "Test Worldwide Developer Relations Certification Authority")
         let intermediate = try Certificate(
             version: .v3,
             serialNumber: Certificate.SerialNumber(),
@@ -100,12 +100,7 @@ public struct TestCertificateAuthority: Sendable {
 
         let leafSigner: TestSigningChain.Signer =
             options.leafUsesP384 ? .p384(P384.Signing.PrivateKey()) : .p256(P256.Signing.PrivateKey())
-        let leafName = try DistinguishedName {
-            CountryName("US")
-            OrganizationName("Pipeline Test PKI")
-            OrganizationalUnitName("Test Worldwide Developer Relations")
-            CommonName("Test Prod ECC Mac App Store and iTunes Store Receipt Signing")
-        }
+        let leafName = try Self.testName(unit: "Test Worldwide Developer Relations", common: "Test Prod ECC Mac App Store and iTunes Store Receipt Signing")
         let leaf = try Certificate(
             version: .v3,
             serialNumber: Certificate.SerialNumber(),

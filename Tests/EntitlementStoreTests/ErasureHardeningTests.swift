@@ -16,7 +16,6 @@ import Testing
 struct ErasureHardeningTests: MintedSuite {
     static let logger = quietLogger("erasure-hardening-tests")
     let minted: MintedVerification
-    let key = try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key")
     let otherKey = try! ErasureKey(secret: String(repeating: "o", count: 40) + "another-erasure-key")
 
     init() throws { minted = try MintedVerification() }
@@ -31,12 +30,12 @@ struct ErasureHardeningTests: MintedSuite {
     @Test("erasing customer U with nothing stored suppresses a notification signed before the erasure that carries U as appAccountToken")
     func customerIdIsAlsoAToken() async throws {
         try await withMigratedStore("erasure-uuid", logger: Self.logger) { _, client in
-            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: erasureKey)
             let customer = deterministicUUID(5_151)
             var event = NotificationMinter.SubscriptionEvent.sample(seed: 5_151, signedDate: Int64(Date().timeIntervalSince1970 * 1000) - 60_000, type: "SUBSCRIBED")
             event.appAccountToken = customer
             let report = try await ErasureStore(client: client, logger: Self.logger).erase(
-                ErasureRequest(subject: ErasureSubject(.customerId, customer.uppercased(), bundleId: minter.bundleId), reason: "t", requestedBy: "test"), key: key)
+                ErasureRequest(subject: ErasureSubject(.customerId, customer.uppercased(), bundleId: minter.bundleId), reason: "t", requestedBy: "test"), key: erasureKey)
             #expect(report.counts["identifiers"] == 2, "the id as a customer id and as a token: \(report.counts)")
             let outcome = try await store.store([try await storedNotification(event, offset: 1)])
             #expect(outcome.applied == 0 && outcome.suppressed.values.reduce(0, +) == 1, "\(outcome)")
@@ -50,7 +49,7 @@ struct ErasureHardeningTests: MintedSuite {
         try await withMigratedStore("erasure-second-key", logger: Self.logger) { _, client in
             let erasures = ErasureStore(client: client, logger: Self.logger)
             _ = try await erasures.erase(
-                ErasureRequest(subject: ErasureSubject(.originalTransactionId, "1000000000000001", bundleId: minter.bundleId), reason: "t", requestedBy: "test"), key: key)
+                ErasureRequest(subject: ErasureSubject(.originalTransactionId, "1000000000000001", bundleId: minter.bundleId), reason: "t", requestedBy: "test"), key: erasureKey)
             let suppressions = try await count("SELECT count(*) FROM erasure_suppressions", client)
             await #expect {
                 _ = try await erasures.erase(
@@ -59,7 +58,7 @@ struct ErasureHardeningTests: MintedSuite {
             } throws: { error in
                 guard case ErasureFailure.keyMismatch(let ours, let theirs) = error else { return false }
                 let text = (error as! ErasureFailure).description
-                return ours == otherKey.id && theirs == [key.id] && text.contains(key.id) && text.contains(otherKey.id)
+                return ours == otherKey.id && theirs == [erasureKey.id] && text.contains(erasureKey.id) && text.contains(otherKey.id)
             }
             #expect(try await count("SELECT count(*) FROM erasure_keys", client) == 1)
             #expect(try await count("SELECT count(*) FROM erasure_suppressions", client) == suppressions)
@@ -73,17 +72,17 @@ struct ErasureHardeningTests: MintedSuite {
             let erasures = ErasureStore(client: client, logger: Self.logger)
             _ = try await erasures.erase(
                 ErasureRequest(requestId: "ticket-7", subject: ErasureSubject(.originalTransactionId, "1000000000000001", bundleId: "com.example.a"), reason: "t", requestedBy: "test"),
-                key: key)
+                key: erasureKey)
             let other = try await erasures.erase(
                 ErasureRequest(requestId: "ticket-7", subject: ErasureSubject(.originalTransactionId, "2000000000000001", bundleId: "com.example.b"), reason: "t", requestedBy: "test"),
-                key: key)
+                key: erasureKey)
             #expect(other.bundleId == "com.example.b" && other.status == "completed")
             #expect(try await erasures.report(requestId: "ticket-7", bundleId: "com.example.a")?.bundleId == "com.example.a")
             #expect(try await erasures.report(requestId: "ticket-7", bundleId: "com.example.c") == nil)
             await #expect(throws: ErasureFailure.requestIdTaken("ticket-7")) {
                 _ = try await erasures.erase(
                     ErasureRequest(requestId: "ticket-7", subject: ErasureSubject(.originalTransactionId, "3", bundleId: "com.example.a"), reason: "t", requestedBy: "test"),
-                    key: key)
+                    key: erasureKey)
             }
         }
     }
@@ -91,7 +90,7 @@ struct ErasureHardeningTests: MintedSuite {
     @Test("the erasure screen: pulled and re-driven records of an erased customer from before the erasure are held back; later ones and others pass")
     func screen() async throws {
         try await withMigratedStore("erasure-screen", logger: Self.logger) { _, client in
-            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: erasureKey)
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             var erasedEvent = NotificationMinter.SubscriptionEvent.sample(seed: 7_001, signedDate: now - 86_400_000)
             erasedEvent.purchaseDate = now - 2 * 86_400_000
@@ -103,7 +102,7 @@ struct ErasureHardeningTests: MintedSuite {
             #expect(try await store.erased([ErasureClaim.ofNotification(minter.signedNotification(erasedEvent))]).isEmpty, "nothing erased yet")
             _ = try await ErasureStore(client: client, logger: Self.logger).erase(
                 ErasureRequest(subject: ErasureSubject(.originalTransactionId, erasedEvent.originalTransactionId, bundleId: minter.bundleId), reason: "t", requestedBy: "test"),
-                key: key)
+                key: erasureKey)
             let history = Array(minter.chain.sign(minter.transaction(erasedEvent)).utf8)
             let laterHistory = Array(minter.chain.sign(minter.transaction(laterEvent)).utf8)
             let claims: [ErasureClaim?] = [

@@ -16,7 +16,6 @@ import PipelineTestSupport
 struct ErasureStoreTests: MintedSuite {
     static let logger = quietLogger("erasure-tests")
     let minted: MintedVerification
-    let key = try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key")
 
     init() throws {
         minted = try MintedVerification()
@@ -58,7 +57,7 @@ struct ErasureStoreTests: MintedSuite {
     @Test("erasing A leaves no trace of A in any column of any table, B unchanged; a replay is suppressed; a later renewal starts anew")
     func eraseAndReplay() async throws {
         try await withMigratedStore("erasure", logger: Self.logger) { plain, client in
-            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            let store = EntitlementStore(client: client, logger: Self.logger, erasureKey: erasureKey)
             let (a, b, aEvents) = try await customers()
             _ = try await store.store(a + b)
             // Webhook deliveries of every event (A's with an attempt whose excerpt echoes A's subscription), and a dead
@@ -93,7 +92,7 @@ struct ErasureStoreTests: MintedSuite {
 
             let report = try await ErasureStore(client: client, logger: Self.logger).erase(
                 ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.appAccountToken, aEvents[0].appAccountToken.uppercased(), bundleId: minter.bundleId),
-                    reason: "test", requestedBy: "test"), key: key)
+                    reason: "test", requestedBy: "test"), key: erasureKey)
             #expect(report.counts["subscriptions"] == 2, "A's subscription and the one continuing it: \(report.counts)")
             #expect(report.counts["notification_archive"] == a.count)
             #expect(report.counts["dead_lettered_records"] == 1)
@@ -121,12 +120,12 @@ struct ErasureStoreTests: MintedSuite {
             // The same request again answers the same erasure; the id for another subject is refused.
             let again = try await ErasureStore(client: client, logger: Self.logger).erase(
                 ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.appAccountToken, aEvents[0].appAccountToken, bundleId: minter.bundleId),
-                    reason: "test", requestedBy: "test"), key: key)
+                    reason: "test", requestedBy: "test"), key: erasureKey)
             #expect(again.completedAt == report.completedAt)
             await #expect(throws: ErasureFailure.self) {
                 _ = try await ErasureStore(client: client, logger: Self.logger).erase(
                     ErasureRequest(requestId: "ticket-1", subject: ErasureSubject(.customerId, UUID().uuidString, bundleId: minter.bundleId), reason: "t", requestedBy: "t"),
-                    key: key)
+                    key: erasureKey)
             }
 
             // A replay of everything: A's records suppressed (not even duplicates), B's duplicates.
@@ -166,22 +165,22 @@ struct ErasureStoreTests: MintedSuite {
                 return StoredNotification(verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: Int64(seed))
             }
             // Off (the default): stored, an event, nothing erased.
-            let keeping = EntitlementStore(client: client, logger: Self.logger, erasureKey: key)
+            let keeping = EntitlementStore(client: client, logger: Self.logger, erasureKey: erasureKey)
             _ = try await keeping.store(a + b + [try await rescind(88_000_001)])
             var events: [String] = []
             for try await subject in try await client.query(
                 "SELECT subject FROM entitlement_events_outbox WHERE event_type = 'consent.rescinded'", logger: Self.logger).decode(String.self) { events.append(subject) }
             #expect(events == [appTransactionId])
-            #expect(try await ErasureStore(client: client, logger: Self.logger).runPending(key: key).isEmpty)
+            #expect(try await ErasureStore(client: client, logger: Self.logger).runPending(key: erasureKey).isEmpty)
 
             // On: a second RESCIND_CONSENT queues the erasure in its batch; running it erases A, not B.
-            let erasing = EntitlementStore(client: client, logger: Self.logger, erasureKey: key, consentRescindedErases: true)
+            let erasing = EntitlementStore(client: client, logger: Self.logger, erasureKey: erasureKey, consentRescindedErases: true)
             _ = try await erasing.store([try await rescind(88_000_002)])
             var pending: [String] = []
             for try await subject in try await client.query("SELECT pending_subject FROM erasure_requests WHERE status = 'pending'", logger: Self.logger)
                 .decode(String.self) { pending.append(subject) }
             #expect(pending == [appTransactionId])
-            let reports = try await ErasureStore(client: client, logger: Self.logger).runPending(key: key)
+            let reports = try await ErasureStore(client: client, logger: Self.logger).runPending(key: erasureKey)
             #expect(reports.count == 1 && reports.first?.counts["subscriptions"] == 2, "\(reports.map(\.counts))")
             let left = try await DatabaseScan.mentions(of: [aEvents[0].originalTransactionId, appTransactionId], in: client)
             #expect(left.isEmpty, "A remains in \(left)")

@@ -31,22 +31,9 @@ extension SignedPayloadVerifier {
         let binding = Binding(bundleId: bundleId, environment: environment, appAppleId: claimed.appAppleId)
 
         var transactionInfo: VerifiedPayload<JWSTransactionDecodedPayload>?
-        var renewalInfo: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
         var appTransactionInfo: VerifiedPayload<AppTransaction>?
-        if let signed = payload.data?.signedTransactionInfo {
-            do throws(VerificationError) {
-                transactionInfo = try finishTransaction(try await verifyJWS(signed, expected: .transaction), boundTo: binding)
-            } catch {
-                throw .nestedInvalid(.signedTransactionInfo, error)
-            }
-        }
-        if let signed = payload.data?.signedRenewalInfo {
-            do throws(VerificationError) {
-                renewalInfo = try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
-            } catch {
-                throw .nestedInvalid(.signedRenewalInfo, error)
-            }
-        }
+        if let signed = payload.data?.signedTransactionInfo { transactionInfo = try await nestedTransaction(signed, boundTo: binding) }
+        let renewalInfo = try await nestedRenewalInfo(payload.data?.signedRenewalInfo, boundTo: binding)
         if let signed = payload.appData?.signedAppTransactionInfo {
             do throws(VerificationError) {
                 appTransactionInfo = try finishAppTransaction(try await verifyJWS(signed, expected: .appTransaction), boundTo: binding)
@@ -57,6 +44,27 @@ extension SignedPayloadVerifier {
         return VerifiedNotification(
             payload: payload, json: outer.payload, signedDate: outer.signedDate, bundleId: bundleId, environment: environment,
             transactionInfo: transactionInfo, renewalInfo: renewalInfo, appTransactionInfo: appTransactionInfo)
+    }
+
+    /// A transaction JWS nested in a record, verified and bound to `binding`: its failure is the record's
+    /// `nestedInvalid(.signedTransactionInfo, …)`.
+    func nestedTransaction(_ signed: String, boundTo binding: Binding) async throws(VerificationError) -> VerifiedPayload<JWSTransactionDecodedPayload> {
+        do throws(VerificationError) {
+            return try finishTransaction(try await verifyJWS(signed, expected: .transaction), boundTo: binding)
+        } catch {
+            throw .nestedInvalid(.signedTransactionInfo, error)
+        }
+    }
+
+    /// The renewal info JWS nested in a record, when there is one, verified and bound to `binding`: its failure is
+    /// the record's `nestedInvalid(.signedRenewalInfo, …)`.
+    func nestedRenewalInfo(_ signed: String?, boundTo binding: Binding) async throws(VerificationError) -> VerifiedPayload<JWSRenewalInfoDecodedPayload>? {
+        guard let signed else { return nil }
+        do throws(VerificationError) {
+            return try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
+        } catch {
+            throw .nestedInvalid(.signedRenewalInfo, error)
+        }
     }
 
     func finishTransaction(_ jws: VerifiedJWS, boundTo binding: Binding?) throws(VerificationError) -> VerifiedPayload<JWSTransactionDecodedPayload> {

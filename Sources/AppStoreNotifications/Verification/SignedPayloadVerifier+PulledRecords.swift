@@ -47,9 +47,7 @@ public struct StatusSnapshotDocument: Sendable, Hashable, Decodable {
 
     /// The ledger key: the same snapshot (status and signed bytes) is applied once, however often it is produced.
     public var notificationUUID: String {
-        var digest = SHA256()
-        digest.update(data: Array("\(status)|\(signedTransactionInfo)|\(signedRenewalInfo ?? "")".utf8))
-        return "snapshot-" + Hex.encode(Array(digest.finalize())).prefix(32)
+        "snapshot-" + ContentDigest.sha256Hex("\(status)|\(signedTransactionInfo)|\(signedRenewalInfo ?? "")").prefix(32)
     }
 
     public var json: JSONObject {
@@ -94,12 +92,7 @@ extension SignedPayloadVerifier {
     /// A status this version does not know is refused (dead-lettered, so an upgrade can re-drive it): the state
     /// machine cannot tell what access it grants.
     public func verifyStatusSnapshot(_ value: [UInt8]) async throws(VerificationError) -> VerifiedNotification {
-        let object: JSONObject
-        do {
-            object = try StrictJSONParser(maximumDepth: 8).parseObject(value)
-        } catch {
-            throw .malformedPayload("the status snapshot is not a JSON object: \(error)")
-        }
+        let object = try recordObject(value, "the status snapshot")
         let document = try StatusSnapshotDocument(record: object)
         guard let status = SubscriptionStatus(rawValue: document.status) else {
             throw .malformedPayload("the status snapshot's status \(document.status) is not one this version knows (1…5); kept for a re-drive after an upgrade")
@@ -107,20 +100,8 @@ extension SignedPayloadVerifier {
         let (bundleId, environment) = try checkIdentity(
             bundleId: document.bundleId, appAppleId: document.appAppleId, checksAppAppleId: true, environment: document.environment, of: "the status snapshot")
         let binding = Binding(bundleId: bundleId, environment: environment, appAppleId: document.appAppleId)
-        let transaction: VerifiedPayload<JWSTransactionDecodedPayload>
-        do throws(VerificationError) {
-            transaction = try finishTransaction(try await verifyJWS(document.signedTransactionInfo, expected: .transaction), boundTo: binding)
-        } catch {
-            throw .nestedInvalid(.signedTransactionInfo, error)
-        }
-        var renewal: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
-        if let signed = document.signedRenewalInfo {
-            do throws(VerificationError) {
-                renewal = try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
-            } catch {
-                throw .nestedInvalid(.signedRenewalInfo, error)
-            }
-        }
+        let transaction = try await nestedTransaction(document.signedTransactionInfo, boundTo: binding)
+        let renewal = try await nestedRenewalInfo(document.signedRenewalInfo, boundTo: binding)
         guard transaction.model.originalTransactionId == document.originalTransactionId,
             renewal.map({ $0.model.originalTransactionId == document.originalTransactionId }) ?? true
         else {
@@ -161,9 +142,7 @@ extension SignedPayloadVerifier {
         guard let bundleId = transaction.model.bundleId, let environment = transaction.model.rawEnvironment.flatMap(Environment.init(rawValue:)) else {
             throw .malformedPayload("the transaction names no bundleId or environment")
         }
-        var digest = SHA256()
-        digest.update(data: Array(text.utf8))
-        let uuid = "transaction-" + (transaction.model.transactionId ?? "") + "-" + Hex.encode(Array(digest.finalize())).prefix(16)
+        let uuid = "transaction-" + (transaction.model.transactionId ?? "") + "-" + ContentDigest.sha256Hex(text).prefix(16)
         let json = JSONObject([
             "notificationType": .string(Self.historyTransactionType), "notificationUUID": .string(uuid),
             "data": .object(JSONObject(["environment": .string(environment.rawValue), "bundleId": .string(bundleId), "signedTransactionInfo": .string(text)])),
@@ -176,7 +155,8 @@ extension SignedPayloadVerifier {
     }
 }
 
-/// A stable digest of text (not `hashValue`, which differs per process): checkpoint keys of id lists.
+/// A stable digest of text (not `hashValue`, which differs per process): the ledger keys of pulled records and
+/// purchases, checkpoint keys of id lists. Keys made from it are stored: what it digests never changes.
 public enum ContentDigest {
     public static func sha256Hex(_ text: String) -> String {
         Hex.encode(Array(SHA256.hash(data: Array(text.utf8))))

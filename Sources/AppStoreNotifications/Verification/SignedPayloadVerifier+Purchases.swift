@@ -36,12 +36,9 @@ public struct PurchaseRecordDocument: Sendable, Hashable, Decodable {
     /// The ledger key: the same claim of the same signed bytes is applied once, however often it is posted, so a
     /// repeated POST gets the first one's answer.
     public var purchaseKey: String {
-        var digest = SHA256()
-        for part in [bundleId, claim.customerId, claim.policy.rawValue, signedTransaction, signedRenewalInfo ?? ""] {
-            digest.update(data: Array(part.utf8))
-            digest.update(data: [0])
-        }
-        return "purchase-" + Hex.encode(Array(digest.finalize())).prefix(32)
+        // Each part ends with a NUL, so no two claims' parts run together into the same bytes.
+        let parts = [bundleId, claim.customerId, claim.policy.rawValue, signedTransaction, signedRenewalInfo ?? ""]
+        return "purchase-" + ContentDigest.sha256Hex(parts.map { $0 + "\u{0}" }.joined()).prefix(32)
     }
 
     public var json: JSONObject {
@@ -97,16 +94,9 @@ extension SignedPayloadVerifier {
             throw .malformedPayload("the transaction has no transactionId or originalTransactionId")
         }
         let binding = Binding(bundleId: bundleId, environment: environment, appAppleId: nil)
-        var renewal: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
-        if let signed = document.signedRenewalInfo {
-            do throws(VerificationError) {
-                renewal = try finishRenewalInfo(try await verifyJWS(signed, expected: .renewalInfo), boundTo: binding)
-            } catch {
-                throw .nestedInvalid(.signedRenewalInfo, error)
-            }
-            guard renewal?.model.originalTransactionId == transaction.model.originalTransactionId else {
-                throw .malformedPayload("the renewal info is not about the transaction's subscription")
-            }
+        let renewal = try await nestedRenewalInfo(document.signedRenewalInfo, boundTo: binding)
+        if let renewal, renewal.model.originalTransactionId != transaction.model.originalTransactionId {
+            throw .malformedPayload("the renewal info is not about the transaction's subscription")
         }
         let signedDate = max(transaction.signedDate, renewal?.signedDate ?? transaction.signedDate)
         var data = JSONObject([
@@ -127,12 +117,7 @@ extension SignedPayloadVerifier {
 
     /// Verifies a `purchase` record as the worker reads it from the topic.
     public func verifyPurchaseRecord(_ value: [UInt8]) async throws(VerificationError) -> VerifiedNotification {
-        let object: JSONObject
-        do {
-            object = try StrictJSONParser(maximumDepth: 8).parseObject(value)
-        } catch {
-            throw .malformedPayload("the purchase record is not a JSON object: \(error)")
-        }
+        let object = try recordObject(value, "the purchase record")
         return try await verifyPurchase(try PurchaseRecordDocument(record: object))
     }
 }

@@ -234,6 +234,16 @@ public final class SignedPayloadVerifier: Sendable {
         }
     }
 
+    /// One of our own records (a status snapshot, a purchase): a strict JSON object at most 8 levels deep, or
+    /// `malformedPayload` naming `what` it should have been.
+    func recordObject(_ value: [UInt8], _ what: String) throws(VerificationError) -> JSONObject {
+        do {
+            return try StrictJSONParser(maximumDepth: 8).parseObject(value)
+        } catch {
+            throw .malformedPayload("\(what) is not a JSON object: \(error)")
+        }
+    }
+
     /// Step 2: the protected header's `x5c`, after checking `alg`, `crit`, `b64` and the chain's shape.
     ///
     /// The result is a pure function of the header's exact bytes, and the three JWSs of a notification (and every
