@@ -79,26 +79,17 @@ public struct RetentionStore: Sendable {
             if dryRun {
                 deleted["notification_archive"] = try await count("SELECT count(*) FROM notification_archive WHERE stored_at < \(before)")
             } else {
-                try await repeatUntilDone { [batchSize] in
-                    let rows = try await client.query(
-                        """
-                        WITH gone AS (
-                            DELETE FROM notification_archive WHERE notification_uuid = ANY(ARRAY(
-                                SELECT notification_uuid FROM notification_archive WHERE stored_at < \(before) ORDER BY stored_at LIMIT \(batchSize)))
-                            RETURNING notification_uuid
-                        ), deliveries AS (
-                            DELETE FROM notification_deliveries WHERE notification_uuid IN (SELECT notification_uuid FROM gone) RETURNING 1
-                        )
-                        SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM deliveries)::bigint
-                        """,
-                        logger: logger)
-                    var archived = 0
-                    for try await (gone, deliveries) in rows.decode((Int64, Int64).self) {
-                        archived = Int(gone)
-                        deleted["notification_archive", default: 0] += Int(gone)
-                        deleted["notification_deliveries", default: 0] += Int(deliveries)
-                    }
-                    return archived
+                try await deleteInBatches(counting: ("notification_archive", "notification_deliveries"), into: &deleted) { [batchSize] in
+                    """
+                    WITH gone AS (
+                        DELETE FROM notification_archive WHERE notification_uuid = ANY(ARRAY(
+                            SELECT notification_uuid FROM notification_archive WHERE stored_at < \(before) ORDER BY stored_at LIMIT \(batchSize)))
+                        RETURNING notification_uuid
+                    ), deliveries AS (
+                        DELETE FROM notification_deliveries WHERE notification_uuid IN (SELECT notification_uuid FROM gone) RETURNING 1
+                    )
+                    SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM deliveries)::bigint
+                    """
                 }
             }
         }
@@ -132,26 +123,17 @@ public struct RetentionStore: Sendable {
                         SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before))
                     """)
             } else {
-                try await repeatUntilDone { [batchSize] in
-                    let rows = try await client.query(
-                        """
-                        WITH old AS (
-                            SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before) ORDER BY finished_at LIMIT \(batchSize)
-                        ), attempts AS (
-                            SELECT count(*) AS n FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM old)
-                        ), gone AS (
-                            DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM old) RETURNING 1
-                        )
-                        SELECT (SELECT count(*) FROM gone)::bigint, (SELECT n FROM attempts)::bigint
-                        """,
-                        logger: logger)
-                    var gone = 0
-                    for try await (deliveries, attempts) in rows.decode((Int64, Int64).self) {
-                        gone = Int(deliveries)
-                        deleted["webhook_deliveries", default: 0] += Int(deliveries)
-                        deleted["webhook_attempts", default: 0] += Int(attempts)
-                    }
-                    return gone
+                try await deleteInBatches(counting: ("webhook_deliveries", "webhook_attempts"), into: &deleted) { [batchSize] in
+                    """
+                    WITH old AS (
+                        SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before) ORDER BY finished_at LIMIT \(batchSize)
+                    ), attempts AS (
+                        SELECT count(*) AS n FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM old)
+                    ), gone AS (
+                        DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM old) RETURNING 1
+                    )
+                    SELECT (SELECT count(*) FROM gone)::bigint, (SELECT n FROM attempts)::bigint
+                    """
                 }
             }
         }
@@ -191,6 +173,20 @@ public struct RetentionStore: Sendable {
     }
 
     /// Runs `batch` until it deletes fewer rows than a batch holds.
+    /// Runs the batch delete `query` makes (it answers the rows it deleted of a table and of the table that goes with
+    /// it) until a batch is short, adding both counts to `deleted` under `tables`.
+    func deleteInBatches(counting tables: (String, String), into deleted: inout [String: Int], _ query: () -> PostgresQuery) async throws {
+        try await repeatUntilDone {
+            var first = 0
+            for try await (main, companion) in try await client.query(query(), logger: logger).decode((Int64, Int64).self) {
+                first = Int(main)
+                deleted[tables.0, default: 0] += Int(main)
+                deleted[tables.1, default: 0] += Int(companion)
+            }
+            return first
+        }
+    }
+
     func repeatUntilDone(_ batch: () async throws -> Int) async throws {
         while try await batch() >= batchSize, !Task.isCancelled {}
     }

@@ -8,6 +8,15 @@ public struct MintedVerification: Sendable {
     public let minter: NotificationMinter
     public let verifier: SignedPayloadVerifier
 
+    /// The one a `MintedSuite` reads.
+    public static let perProcess: MintedVerification = {
+        do {
+            return try MintedVerification()
+        } catch {
+            fatalError("the test PKI could not be minted: \(error)")
+        }
+    }()
+
     public init() throws {
         authority = try TestCertificateAuthority()
         minter = NotificationMinter(chain: try authority.issueChain())
@@ -23,6 +32,9 @@ public protocol MintedSuite {
 }
 
 extension MintedSuite {
+    /// The test process's authority, minter and verifier, minted at first use (a few milliseconds): every suite
+    /// reads it and none changes it (a test that needs another app or chain copies the minter, or mints its own).
+    public var minted: MintedVerification { MintedVerification.perProcess }
     public var authority: TestCertificateAuthority { minted.authority }
     public var minter: NotificationMinter { minted.minter }
     public var verifier: SignedPayloadVerifier { minted.verifier }

@@ -7,8 +7,6 @@ import Testing
 /// renewal info, Advanced Commerce price increases; known values typed, unknown ones kept raw and reported.
 @Suite("Commitment plans and Advanced Commerce price increases, typed")
 struct CommitmentAndAdvancedCommerceTests: MintedSuite {
-    let minted: MintedVerification
-    init() throws { minted = try MintedVerification() }
 
     func verified(commitment: JSONObject, renewal: JSONObject) async throws -> VerifiedNotification {
         var event = NotificationMinter.SubscriptionEvent.sample(seed: 61, type: "DID_RENEW")

@@ -7,11 +7,6 @@ import Testing
 /// status snapshot) that resolves them.
 @Suite("Contradicted entitlements")
 struct ContradictionTests: MintedSuite {
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     static func at(_ days: Int64) -> Timestamp { Timestamp(millisecondsSince1970: start + days * day) }
 

@@ -8,11 +8,6 @@ import Testing
 /// minted and really verified.
 @Suite("Entitlement correctness")
 struct EntitlementCorrectnessTests: MintedSuite {
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     static func at(_ days: Int64, plus milliseconds: Int64 = 0) -> Timestamp { Timestamp(millisecondsSince1970: start + days * day + milliseconds) }
 

@@ -5,11 +5,6 @@ import Testing
 /// The entitlement state machine, fed with minted notifications that went through real verification.
 @Suite("Entitlement transitions")
 struct EntitlementTransitionTests: MintedSuite {
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     /// One event of subscription 42 at `day` days after `start`.
     func event(_ type: String, _ subtype: String? = nil, day: Int64, configure: (inout NotificationMinter.SubscriptionEvent) -> Void = { _ in }) -> NotificationMinter.SubscriptionEvent {

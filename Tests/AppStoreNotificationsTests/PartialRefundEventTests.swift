@@ -5,8 +5,6 @@ import Testing
 /// A partial (prorated) refund of a one-time purchase: the event says what Apple revoked.
 @Suite("Partial refunds of one-time purchases")
 struct PartialRefundEventTests: MintedSuite {
-    let minted: MintedVerification
-    init() throws { minted = try MintedVerification() }
 
     @Test("REFUND_PRORATED of a consumable: purchase.one-time.refunded carries the revoked share; REFUND_FULL all of it")
     func prorated() async throws {

@@ -6,8 +6,6 @@ import Testing
 /// not Apple's unknown values, so they neither log a notice nor count in `worker_unknown_values`.
 @Suite("Pipeline record types are not Apple's unknown values")
 struct PipelineRecordTypeTests: MintedSuite {
-    let minted: MintedVerification
-    init() throws { minted = try MintedVerification() }
 
     @Test("A purchase posted to the customer API reports no unknown notificationType; an unknown Apple type still does")
     func purchaseIsKnown() async throws {

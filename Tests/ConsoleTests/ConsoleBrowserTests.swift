@@ -17,9 +17,8 @@ struct ConsoleBrowserTests: ProcessSuite {
 
     @Test("sign-in, search, timelines with outcomes and deliveries, escaped dead letters, a re-drive in the audit; viewers and forged forms refused")
     func browser() async throws {
-        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("erasure-\(UUID().uuidString).key").path
-        try Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) }).write(toFile: keyFile, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: keyFile) }
+        let keyFile = try mintedErasureKeyFile()
+        defer { removeMintedFile(keyFile) }
         let scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: ["ERASURE_KEY_FILE": keyFile])
         try await scene.startIngest()
         let minter = scene.fixture.minter

@@ -17,11 +17,6 @@ import Testing
 @Suite("Console pages in process", .requiresPostgres)
 struct ConsoleRouterTests: MintedSuite {
     static let logger = quietLogger("console-router-tests")
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     /// The console's pages registered on a router, as `buildConsoleServices` does, over `store`, handed to `body`; the
     /// producer (created, never used here: no broker listens at its address) is closed after it, so librdkafka stops

@@ -1,4 +1,3 @@
-import AppStoreNotifications
 import Foundation
 import PipelineTestSupport
 import Testing
@@ -8,9 +7,8 @@ import TestSupport
 struct CustomerAPIErasureTests: ProcessSuite {
     @Test("DELETE needs the erase scope; 202 with the erasure readable at its Location; A's purchases gone and kept gone through a replay; B untouched; no key configured is a 503")
     func eraseThroughTheAPI() async throws {
-        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("erasure-\(UUID().uuidString).key").path
-        try Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) }).write(toFile: keyFile, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: keyFile) }
+        let keyFile = try mintedErasureKeyFile()
+        defer { removeMintedFile(keyFile) }
         let erasureKey = ["ERASURE_KEY_FILE": keyFile]
         let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: erasureKey)
         try await scene.startAPI(extra: erasureKey)

@@ -14,9 +14,6 @@ import Testing
 @Suite("Customer reads: family-shared subscriptions by appTransactionId", .serialized, .requiresPostgres)
 struct FamilySharingReadTests: MintedSuite {
     static let logger = quietLogger("family-tests")
-    let minted: MintedVerification
-    init() throws { minted = try MintedVerification() }
-
 
     @Test("a member's family-shared subscription is listed beside their own subscription, and beside only their own one-time purchases")
     func familyShared() async throws {

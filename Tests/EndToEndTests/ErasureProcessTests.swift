@@ -25,9 +25,8 @@ struct ErasureProcessTests: ProcessSuite {
     @Test("customer A erased by pipelinectl: no table holds A, B unchanged; customer.erased reaches the receiver; replay, re-drive, backfill and reconcile suppress exactly A's records; a renewal signed after the erasure is applied")
     func erasedStaysErased() async throws {
         // The erasure key, minted for this test.
-        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("erasure-\(UUID().uuidString).key").path
-        try Hex.encode((0..<32).map { _ in UInt8.random(in: 0...255) }).write(toFile: keyFile, atomically: true, encoding: .utf8)
-        defer { try? FileManager.default.removeItem(atPath: keyFile) }
+        let keyFile = try mintedErasureKeyFile()
+        defer { removeMintedFile(keyFile) }
         let erasure = ["ERASURE_KEY_FILE": keyFile]
         let fast = ["APPSTORE_RATE_LIMIT_STATUSES": "1000", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY": "1000", "APPSTORE_RATE_LIMIT_HISTORY": "1000"]
         let scene = try await WebhooksScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: erasure)

@@ -15,12 +15,6 @@ struct EntitlementStoreTests: MintedSuite {
         try await withMigratedStore("store", logger: Self.logger, body)
     }
 
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
-
     func notification(_ type: String, _ subtype: String? = nil, day: Int64, status: Int32 = 1) async throws -> StoredNotification {
         var event = NotificationMinter.SubscriptionEvent.sample(seed: 7 * 4, signedDate: Self.start + day * Self.day, type: type, subtype: subtype)
         event.notificationUUID = deterministicUUID(Int(day) * 1_000 + type.count)

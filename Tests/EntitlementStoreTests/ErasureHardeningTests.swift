@@ -15,11 +15,7 @@ import Testing
 @Suite("Erasure hardening against a real PostgreSQL", .serialized, .requiresPostgres)
 struct ErasureHardeningTests: MintedSuite {
     static let logger = quietLogger("erasure-hardening-tests")
-    let minted: MintedVerification
     let otherKey = try! ErasureKey(secret: String(repeating: "o", count: 40) + "another-erasure-key")
-
-    init() throws { minted = try MintedVerification() }
-
 
     func count(_ sql: String, _ client: PostgresClient) async throws -> Int {
         var total = 0

@@ -15,11 +15,6 @@ import PipelineTestSupport
 @Suite("Erasure and retention against a real PostgreSQL", .serialized, .requiresPostgres)
 struct ErasureStoreTests: MintedSuite {
     static let logger = quietLogger("erasure-tests")
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     /// A's lifecycle (subscription 0, plus a second subscription continuing it through previousOriginalTransactionId
     /// with no token of its own) and B's (subscription 1), as stored records.

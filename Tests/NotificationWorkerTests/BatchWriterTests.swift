@@ -13,11 +13,6 @@ import Testing
 /// (WorkerProcessTests, WorkerPoisonRecordTests) remain the integration tier over the real ones.
 @Suite("Batch writer: bisection, dead-letter idempotence, suppression (in memory)")
 struct BatchWriterTests: MintedSuite {
-    let minted: MintedVerification
-
-    init() throws {
-        minted = try MintedVerification()
-    }
 
     /// A store in memory: refuses (for good) any batch holding a notification whose UUID is in `refused`, and
     /// remembers what each committed batch held.
