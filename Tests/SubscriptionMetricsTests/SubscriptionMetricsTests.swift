@@ -5,6 +5,7 @@ import Logging
 import PostgresNIO
 import StoreTestSupport
 import SubscriptionMetrics
+import TestSigning
 import TestSupport
 import Testing
 
@@ -29,22 +30,11 @@ import Testing
 /// - S15 GBP 7.99 Apr 20 (no GBP rate: left out of money sums, counted as unconverted).
 /// - S16 Sandbox, paid Jan 5 (must never show in Production figures).
 @Suite("Subscription metrics against a real PostgreSQL", .serialized, .requiresPostgres)
-struct SubscriptionMetricsTests {
+struct SubscriptionMetricsTests: MintedSuite {
     static let logger = quietLogger("metrics-tests")
 
-    let authority: TestCertificateAuthority
-    let minter: NotificationMinter
-    let sandboxMinter: NotificationMinter
-    let verifier: SignedPayloadVerifier
-
-    init() throws {
-        authority = try TestCertificateAuthority()
-        let chain = try authority.issueChain()
-        minter = NotificationMinter(chain: chain)
-        sandboxMinter = NotificationMinter(chain: chain, environment: .sandbox)
-        verifier = try SignedPayloadVerifier(
-            configuration: .init(apps: [AppIdentity(bundleId: minter.bundleId, appAppleId: minter.appAppleId)], trustedRoots: [authority.rootDER]))
-    }
+    /// The minted app's Sandbox notifications (the same chain; the verifier accepts both environments).
+    var sandboxMinter: NotificationMinter { NotificationMinter(chain: minter.chain, environment: .sandbox) }
 
     // MARK: - The book
 
