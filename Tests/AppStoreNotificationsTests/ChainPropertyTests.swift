@@ -38,42 +38,42 @@ struct ChainPropertyTests {
     enum Defect: String, CaseIterable, Sendable {
         case leafWithoutAppleOID, intermediateWithoutAppleOID, leafExpired, leafNotYetValid, intermediateExpired
         case intermediateNotACertificateAuthority, leafKeyIsP384, otherRoot
+
+        /// The error code the defect must be refused with.
+        var expectedCode: String {
+            switch self {
+            case .leafWithoutAppleOID, .intermediateWithoutAppleOID: "missingAppleOID"
+            case .leafExpired, .intermediateExpired: "certificateExpiredAtSignedDate"
+            case .leafNotYetValid: "certificateNotYetValidAtSignedDate"
+            case .intermediateNotACertificateAuthority, .otherRoot: "invalidChain"
+            case .leafKeyIsP384: "signatureMismatch"
+            }
+        }
+
+        /// The chain's options with this one defect (`otherRoot` is in the issuer, not the options).
+        var options: TestCertificateAuthority.Options {
+            var options = TestCertificateAuthority.Options()
+            switch self {
+            case .leafWithoutAppleOID: options.leafHasAppleOID = false
+            case .intermediateWithoutAppleOID: options.intermediateHasAppleOID = false
+            case .leafExpired: options.leafValidity = TestDates.date("2024-01-01T00:00:00Z")...TestDates.date("2025-01-01T00:00:00Z")
+            case .leafNotYetValid: options.leafValidity = TestDates.date("2026-09-01T00:00:00Z")...TestDates.date("2027-09-01T00:00:00Z")
+            case .intermediateExpired: options.intermediateValidity = TestDates.date("2021-01-01T00:00:00Z")...TestDates.date("2025-12-31T00:00:00Z")
+            case .intermediateNotACertificateAuthority: options.intermediateIsCertificateAuthority = false
+            case .leafKeyIsP384: options.leafUsesP384 = true
+            case .otherRoot: break
+            }
+            return options
+        }
     }
 
     @Test("one defect, its own error code", arguments: Defect.allCases)
     func defect(_ defect: Defect) async throws {
         let authority = try TestCertificateAuthority()
-        var options = TestCertificateAuthority.Options()
-        var issuer = authority
-        let expected: String
-        switch defect {
-        case .leafWithoutAppleOID:
-            options.leafHasAppleOID = false
-            expected = "missingAppleOID"
-        case .intermediateWithoutAppleOID:
-            options.intermediateHasAppleOID = false
-            expected = "missingAppleOID"
-        case .leafExpired:
-            options.leafValidity = TestDates.date("2024-01-01T00:00:00Z")...TestDates.date("2025-01-01T00:00:00Z")
-            expected = "certificateExpiredAtSignedDate"
-        case .leafNotYetValid:
-            options.leafValidity = TestDates.date("2026-09-01T00:00:00Z")...TestDates.date("2027-09-01T00:00:00Z")
-            expected = "certificateNotYetValidAtSignedDate"
-        case .intermediateExpired:
-            options.intermediateValidity = TestDates.date("2021-01-01T00:00:00Z")...TestDates.date("2025-12-31T00:00:00Z")
-            expected = "certificateExpiredAtSignedDate"
-        case .intermediateNotACertificateAuthority:
-            options.intermediateIsCertificateAuthority = false
-            expected = "invalidChain"
-        case .leafKeyIsP384:
-            options.leafUsesP384 = true
-            expected = "signatureMismatch"
-        case .otherRoot:
-            issuer = try TestCertificateAuthority()  // same name, another key
-            expected = "invalidChain"
-        }
-        let jws = notification(try issuer.issueChain(options))
-        #expect(await code(try verifier(authority), jws) == expected)
+        // Another root of the same name, another key, for `otherRoot`.
+        let issuer = defect == .otherRoot ? try TestCertificateAuthority() : authority
+        let jws = notification(try issuer.issueChain(defect.options))
+        #expect(await code(try verifier(authority), jws) == defect.expectedCode)
     }
 
     @Test("a cached chain still requires signedDate inside its validity window")

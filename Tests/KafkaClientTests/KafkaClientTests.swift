@@ -83,9 +83,7 @@ struct KafkaClientTests {
     @Test("a group resumes exactly after its committed offset", .freshTopic(partitions: 1))
     func exactResume() async throws {
         let scope = try TestTopic.required
-        let (bootstrap, topic) = (scope.bootstrap, scope.name)
-        let group = scope.group
-        let producer = try scope.producer()
+        let (bootstrap, topic, group, producer) = (scope.bootstrap, scope.name, scope.group, try scope.producer())
         for index in 0..<20 { _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, value: Array("m\(index)".utf8))) }
         await producer.close()
 
@@ -198,9 +196,7 @@ struct KafkaClientTests {
     @Test("resetting an idle group replays from the start; a group with a live member is refused", .freshTopic(partitions: 2))
     func offsetReset() async throws {
         let scope = try TestTopic.required
-        let (bootstrap, topic) = (scope.bootstrap, scope.name)
-        let group = scope.group
-        let producer = try scope.producer()
+        let (bootstrap, topic, group, producer) = (scope.bootstrap, scope.name, scope.group, try scope.producer())
         for index in 0..<10 { _ = try await producer.sendAndAwait(KafkaProducerMessage(topic: topic, key: Array("\(index)".utf8), value: Array("\(index)".utf8))) }
         await producer.close()
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: testLogger)
