@@ -253,15 +253,16 @@ let package = Package(
         // The store tier: a fresh migrated database per test, the suite gates. PostgreSQL and the schema only.
         .target(
             name: "StoreTestSupport",
-            dependencies: ["AppStoreNotifications", "EntitlementStore", "TestSigning", "TestSupport", logging, postgresNIO]
+            dependencies: ["AppStoreNotifications", "EntitlementStore", "TestGates", "TestSigning", "TestSupport", logging, postgresNIO]
         ),
+        .target(name: "TestGates", dependencies: ["TestSupport"]),
         .target(
             name: "BrokerTestSupport",
-            dependencies: ["KafkaClient", "TestSupport", logging]
+            dependencies: ["KafkaClient", "TestGates", "TestSupport", logging]
         ),
         .target(
             name: "PipelineTestSupport",
-            dependencies: ["StoreTestSupport", 
+            dependencies: ["StoreTestSupport", "TestGates", 
                 "AppStoreNotifications", "AppStoreServerAPI", "AppStorePull", "CustomerAPI", "EntitlementEvents",
                 "EntitlementStore", "KafkaClient", "NotificationIngest", "NotificationWorker", "PipelineOperations",
                 "ServiceRuntime", "SubscriptionMetrics", "Webhooks", "Console", "TestSupport", postgresNIO,
@@ -272,16 +273,16 @@ let package = Package(
             // The OCSP test responder (TestOCSPResponder.swift, `@testable import X509`) and the worker process test
             // that uses it live here: test-only code no release build compiles.
             dependencies: [
-                "AppStoreNotifications", "TestSupport", "PipelineTestSupport", "StoreTestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore, postgresNIO,
+                "AppStoreNotifications", "TestGates", "TestSupport", "PipelineTestSupport", "StoreTestSupport", x509, swiftASN1, crypto, hummingbird, logging, nioCore, postgresNIO,
             ]
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestGates", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",
-            dependencies: ["KafkaClient", "BrokerTestSupport", "TestSupport", logging]
+            dependencies: ["KafkaClient", "BrokerTestSupport", "TestGates", "TestSupport", logging]
         ),
     ]
 )
@@ -300,7 +301,7 @@ for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationW
     case "ConsoleTests", "EndToEndTests": [.product(name: "HummingbirdTesting", package: "hummingbird")]
     default: []
     }
-    package.targets.append(.testTarget(name: name, dependencies: underTest + ["StoreTestSupport", "PipelineTestSupport", postgresNIO] + extra))
+    package.targets.append(.testTarget(name: name, dependencies: underTest + ["StoreTestSupport", "PipelineTestSupport", "TestGates", postgresNIO] + extra))
 }
 
 // One place turns on the language features every target builds with.

@@ -5,6 +5,7 @@ import KafkaClient
 import Logging
 import TestSupport
 import Testing
+import TestGates
 
 /// Settings that keep group joins fast on tansu (joins take about session.timeout.ms / 2 there). Test-only.
 public func testConsumerConfiguration(bootstrap: String, group: String) -> KafkaConsumerConfiguration {

@@ -12,7 +12,7 @@ import Testing
 public let ingestTestLogger = quietLogger("ingest-tests")
 
 /// An ingest application running in this process on a free port, in a real ServiceGroup.
-public final class RunningIngest: @unchecked Sendable {
+public struct RunningIngest: Sendable {
     public let port: Int
     public let topic: String
     public let producer: KafkaProducer
@@ -40,14 +40,6 @@ public final class RunningIngest: @unchecked Sendable {
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else { throw HTTPTestConnection.Failure(description: "ingest did not start") }
         return RunningIngest(port: port, topic: topic, producer: producer, group: group, task: task)
-    }
-
-    private init(port: Int, topic: String, producer: KafkaProducer, group: ServiceGroup, task: Task<Void, any Error>) {
-        self.port = port
-        self.topic = topic
-        self.producer = producer
-        self.group = group
-        self.task = task
     }
 
     /// Graceful shutdown: the server drains, then the producer flushes.

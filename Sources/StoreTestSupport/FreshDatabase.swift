@@ -4,6 +4,7 @@ import Logging
 import PostgresNIO
 import Testing
 import TestSupport
+import TestGates
 
 /// The one way a test gets a database of its own: created on the test cluster (`POSTGRES_URL`) under a unique name,
 /// never shared, left behind for a person to read after a failure (the cluster is a test one).

@@ -3,6 +3,7 @@ import PipelineTestSupport
 import PostgresNIO
 import TestSupport
 import Testing
+import TestGates
 
 /// A worker with VERIFY_ONLINE_CHECKS against an OCSP responder on loopback: a record waits (not ready, not
 /// dead-lettered, counted) while the responder is down and is applied once it answers; a revoked leaf is dead-lettered

@@ -4,6 +4,7 @@ import PipelineTestSupport
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// Refund history, renewal-date extensions (one, all, their status) and app transaction info through pipelinectl
 /// against the fake App Store Server API, with a worker applying what they produce.

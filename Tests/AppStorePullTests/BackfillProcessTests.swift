@@ -8,6 +8,7 @@ import PostgresNIO
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// One scene of the pull side: a topic pair, a database, a worker, an ingest in this process, "Apple" (the fake
 /// App Store Server API, which POSTs to that ingest) and `pipelinectl` run as an operator runs it, configured

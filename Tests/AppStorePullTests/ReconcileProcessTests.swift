@@ -7,6 +7,7 @@ import PostgresNIO
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// Apple as the source of truth: reconcile, import and consumption answers, against real ingest, broker, worker
 /// and PostgreSQL, with the fake App Store Server API holding the truth.

@@ -5,6 +5,7 @@ import PipelineTestSupport
 import PostgresNIO
 import TestSupport
 import Testing
+import TestGates
 
 /// The console as an operator uses it: minted lifecycles (duplicates, a stale delivery, forged payloads carrying
 /// HTML and script) go through ingest, the worker and PostgreSQL; a `console` process serves them; Debian's chromium,

@@ -11,6 +11,7 @@ import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// The console's router in process (Hummingbird's test client) over a real PostgreSQL: no browser, no spawned binary.
 /// The browser suite (ConsoleBrowserTests) stays the end-to-end tier.

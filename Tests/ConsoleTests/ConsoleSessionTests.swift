@@ -5,6 +5,7 @@ import PostgresNIO
 import StoreTestSupport
 import TestSupport
 import Testing
+import TestGates
 
 /// Console sessions (issue 51: they had no absolute lifetime): a session ends `CONSOLE_SESSION_MAX` after sign-in
 /// however busy it was, and after `CONSOLE_SESSION_IDLE` unused.

@@ -6,7 +6,7 @@ import Logging
 import PostgresNIO
 import Testing
 import PipelineTestSupport
-import TestSupport
+import TestGates
 
 @Suite("Customer API keys: the secret's shape, hashing and the constant-time check")
 struct APIKeySecretTests {

@@ -2,6 +2,7 @@ import Foundation
 import PipelineTestSupport
 import Testing
 import TestSupport
+import TestGates
 
 @Suite("Customer API: erasure (DELETE a customer) through customer-api, worker, broker and PostgreSQL", .serialized, .requiresKafkaAndPostgres)
 struct CustomerAPIErasureTests: ProcessSuite {

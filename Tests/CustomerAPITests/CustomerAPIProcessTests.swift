@@ -11,6 +11,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 import PipelineTestSupport
+import TestGates
 #endif
 
 /// A worker, the fake Apple and a `customer-api` process over one database and topic: the app backend's view.

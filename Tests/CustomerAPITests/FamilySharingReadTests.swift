@@ -7,6 +7,7 @@ import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// docs/customer-api.md: family-shared rows (which never carry a token) belong to the customer whose own rows share
 /// their `appTransactionId`. Issue 51 saw a member's family-shared subscription missing from their read; this holds

@@ -6,6 +6,7 @@ import PostgresNIO
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// Erasure through the real processes: ingest, a worker (with its events relay), webhooks and a receiver on
 /// loopback, the fake App Store Server API; then everything that replays.

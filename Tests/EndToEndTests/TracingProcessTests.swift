@@ -7,6 +7,7 @@ import PipelineTestSupport
 import ServiceRuntime
 import TestSupport
 import Testing
+import TestGates
 
 /// The OTLP/HTTP receiver of the tests (scripts/otlp_receiver.py, protobuf parsed by opentelemetry-proto): a real
 /// process on loopback that writes every span it receives to a JSON-lines file.

@@ -9,6 +9,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 import PipelineTestSupport
+import TestGates
 #endif
 
 /// Entitlement events as a plain Kafka consumer sees them, from worker processes against the real broker and

@@ -6,6 +6,7 @@ import PostgresNIO
 import StoreTestSupport
 import TestSupport
 import Testing
+import TestGates
 
 @Suite("Entitlement store against a real PostgreSQL", .serialized, .requiresPostgres)
 struct EntitlementStoreTests: MintedSuite {

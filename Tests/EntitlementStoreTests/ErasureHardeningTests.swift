@@ -8,6 +8,7 @@ import StoreTestSupport
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// The erasure promises that did not hold (issue 51), each reproduced against the code before its fix: a customer
 /// erased with nothing stored comes back as a notification's `appAccountToken`; a second key is accepted silently;

@@ -9,6 +9,7 @@ import TestSigning
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// Erasure against a real PostgreSQL: customer A erased, customer B untouched, A kept erased through a replay and
 /// back after a renewal signed later; the worker refuses to guess without the key; the prune job.

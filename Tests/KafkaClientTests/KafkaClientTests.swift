@@ -3,6 +3,7 @@ import Foundation
 import BrokerTestSupport
 import TestSupport
 import Testing
+import TestGates
 
 @Suite("Kafka client against a real broker", .serialized, .requiresKafka)
 struct KafkaClientTests {

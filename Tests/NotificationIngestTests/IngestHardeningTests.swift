@@ -1,11 +1,12 @@
 import Foundation
+import PipelineTestSupport
 @testable import ServiceRuntime
+import TestGates
 import TestSupport
 import Testing
 
 #if canImport(Glibc)
 import Glibc
-import PipelineTestSupport
 #endif
 
 /// Hostile clients against a running ingest: slow heads, trickled and unfinished bodies, idle connections,

@@ -10,6 +10,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 import PipelineTestSupport
+import TestGates
 #endif
 
 @Suite("Ingest against a real broker", .serialized, .requiresKafka)

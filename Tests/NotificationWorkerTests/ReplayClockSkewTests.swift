@@ -3,6 +3,7 @@ import KafkaClient
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 @Suite("pipelinectl replay by time and ingest clock skew", .requiresKafka)
 struct ReplayClockSkewTests {

@@ -4,6 +4,7 @@ import ServiceRuntime
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 @Suite(
     "Worker process: a fatal consumer error ends the process", .serialized,

@@ -3,6 +3,7 @@ import ServiceRuntime
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// A record PostgreSQL refuses for good must not stall the worker (nor, after `max.poll.interval.ms`, the next
 /// owner): it is isolated from its batch, dead-lettered as `storeRejected`, and the rest of the batch is stored.

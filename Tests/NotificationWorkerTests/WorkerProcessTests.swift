@@ -3,6 +3,7 @@ import ServiceRuntime
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// The worker as it runs in production: separate processes in one consumer group, against the real broker and
 /// real PostgreSQL. Every disturbed run must end with exactly the database of the undisturbed one.

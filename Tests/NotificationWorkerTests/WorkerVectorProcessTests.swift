@@ -7,6 +7,7 @@ import PostgresNIO
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// Every generated vector of ../shared/vectors, POSTed through ingest into worker processes (two per receiver
 /// configuration), must end exactly as the library says: accepts as rows equal to the vector's decoded content

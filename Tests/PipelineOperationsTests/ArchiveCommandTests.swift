@@ -6,6 +6,7 @@ import PostgresNIO
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 /// `pipelinectl archive show --raw` gives back the exact signedPayload from the compact archive, and
 /// `pipelinectl verify` verifies it again: the archive is evidence, not only a record.

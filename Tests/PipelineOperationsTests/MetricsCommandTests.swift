@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import PipelineTestSupport
-import TestSupport
+import TestGates
 
 /// `pipelinectl metrics`, `products` and `exchange-rates` as an operator runs them: refusals with their reason,
 /// and the figures in each output format (the figures themselves are held to hand-computed values by

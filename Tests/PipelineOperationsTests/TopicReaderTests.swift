@@ -5,6 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 import PipelineTestSupport
+import TestGates
 
 @Suite("TopicReader against the test broker", .requiresKafka)
 struct TopicReaderTests {

@@ -8,6 +8,7 @@ import SubscriptionMetrics
 import TestSigning
 import TestSupport
 import Testing
+import TestGates
 
 /// A book of minted subscriptions (January to April 2026) whose every metric was computed by hand from the
 /// definitions in docs/metrics.md (RevenueCat's), stored through the worker's own batch path, in order and shuffled.

@@ -5,6 +5,7 @@ import TestSupport
 import Testing
 import Webhooks
 import PipelineTestSupport
+import TestGates
 
 /// The delivery table's claim and record, against a real PostgreSQL: fencing by lease token, the claim's
 /// re-check of `next_attempt_at`, disabled endpoints holding their deliveries.

@@ -8,6 +8,7 @@ import Webhooks
 #if canImport(Glibc)
 import Glibc
 import PipelineTestSupport
+import TestGates
 #endif
 
 @Suite(

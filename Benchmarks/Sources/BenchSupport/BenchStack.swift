@@ -21,6 +21,13 @@ public final class BenchStack: @unchecked Sendable {
     /// The bench's own logger: critical only (the figures are what it prints).
     public let logger: Logger
 
+    /// A process benchmark's start: its first two arguments are BOOTSTRAP and POSTGRES_URL (`usage` names them and
+    /// the rest), on which the stack named `name` starts; returns it with the arguments, for the rest.
+    public static func start(name: String, usage: String) async throws -> (BenchStack, BenchArguments) {
+        let arguments = BenchArguments(usage: usage, required: 2)
+        return (try await BenchStack(name: name, bootstrap: arguments[1], postgresURL: arguments[2]), arguments)
+    }
+
     /// Creates the topics and the database, and starts the worker (which migrates the database).
     public init(name: String, bootstrap: String, postgresURL: String) async throws {
         var logger = Logger(label: "\(name)-bench")

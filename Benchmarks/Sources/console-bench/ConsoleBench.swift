@@ -22,11 +22,8 @@ import TestSupport
 @main
 struct ConsoleBench {
     static func main() async throws {
-        let arguments = BenchArguments(usage: "console-bench BOOTSTRAP POSTGRES_URL [REQUESTS] [BACKGROUND_PER_SECOND]", required: 2)
-        let bootstrap = arguments[1], postgresURL = arguments[2]
-        let requests = arguments.int(3, default: 400)
-        let backgroundRate = arguments.int(4, default: 200)
-        let stack = try await BenchStack(name: "console", bootstrap: bootstrap, postgresURL: postgresURL)
+        let (stack, arguments) = try await BenchStack.start(name: "console", usage: "console-bench BOOTSTRAP POSTGRES_URL [REQUESTS] [BACKGROUND_PER_SECOND]")
+        let (requests, backgroundRate) = (arguments.int(3, default: 400), arguments.int(4, default: 200))
         defer { stack.stop() }
         let (minter, logger) = (stack.minter, stack.logger)
         let port = TestServices.freePort(), opsPort = TestServices.freePort()

@@ -20,12 +20,9 @@ import TestSupport
 @main
 struct CustomerAPIBench {
     static func main() async throws {
-        let arguments = BenchArguments(usage: "customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES] [READS] [BACKGROUND_PER_SECOND]", required: 2)
-        let bootstrap = arguments[1], postgresURL = arguments[2]
-        let purchases = arguments.int(3, default: 200)
-        let reads = arguments.int(4, default: 4_000)
-        let backgroundRate = arguments.int(5, default: 200)
-        let stack = try await BenchStack(name: "customer-api", bootstrap: bootstrap, postgresURL: postgresURL)
+        let (stack, arguments) = try await BenchStack.start(
+            name: "customer-api", usage: "customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES] [READS] [BACKGROUND_PER_SECOND]")
+        let (purchases, reads, backgroundRate) = (arguments.int(3, default: 200), arguments.int(4, default: 4_000), arguments.int(5, default: 200))
         defer { stack.stop() }
         let (minter, logger) = (stack.minter, stack.logger)
         let apiPort = TestServices.freePort(), opsPort = TestServices.freePort()

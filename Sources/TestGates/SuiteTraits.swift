@@ -1,3 +1,6 @@
+// The suite gates of the test tiers, apart from TestSupport: TestSupport is also linked by the demo's executables
+// (the fake App Store Server API, the notification minter), which must not link the testing library.
+import TestSupport
 import Testing
 
 /// The one gate of suites that need a real service: enabled where the service's URL is set (scripts/services.sh
