@@ -2,9 +2,30 @@ import PipelineConfiguration
 
 /// Settings every process that talks to Kafka shares.
 public enum KafkaEnvironment {
-    /// `KAFKA_BOOTSTRAP_SERVERS` (required), `KAFKA_CLIENT_ID`, and `KAFKA_CONFIG_*` passed to librdkafka
-    /// (e.g. `KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL`, `KAFKA_CONFIG_SASL_PASSWORD=...`).
-    public static let keys = ["KAFKA_BOOTSTRAP_SERVERS", "KAFKA_CLIENT_ID", "KAFKA_CONFIG_*", "KAFKA_STATISTICS_INTERVAL_MS"]
+    /// Each described once: the reader below, the services' `--help` and docs/kafka-client.md's table read these.
+    enum Settings {
+        static let bootstrapServers = SettingDescription(
+            variable: "KAFKA_BOOTSTRAP_SERVERS", summary: "the brokers, comma-separated (required)", defaultText: nil)
+        static let clientId = SettingDescription(
+            variable: "KAFKA_CLIENT_ID", summary: "the client id in the brokers' logs (default: the service's, e.g. `appstore-worker`)", defaultText: nil)
+        static let statisticsInterval = Setting.duration(
+            "KAFKA_STATISTICS_INTERVAL", default: .zero, range: .zero ... .seconds(3_600), deprecatedMilliseconds: "KAFKA_STATISTICS_INTERVAL_MS",
+            "librdkafka's statistics to `/metrics` this often (`0s`: off)")
+        static let passThrough = SettingDescription(
+            variable: "KAFKA_CONFIG_*",
+            summary: "any librdkafka setting: `KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL` is `security.protocol`; `enable.auto.offset.store`, `enable.auto.commit`, `enable.idempotence`, `acks` and `group.id` are refused at start (the guarantees rest on them)",
+            defaultText: nil)
+
+        static let catalog = SettingsCatalog(
+            component: "kafka", settings: [bootstrapServers, clientId, statisticsInterval.description, passThrough])
+    }
+
+    /// The broker settings, for `--help`, the docs and `pipelinectl settings kafka`.
+    public static var catalog: SettingsCatalog { Settings.catalog }
+
+    /// `KAFKA_BOOTSTRAP_SERVERS` (required), `KAFKA_CLIENT_ID`, `KAFKA_STATISTICS_INTERVAL` and `KAFKA_CONFIG_*` passed
+    /// to librdkafka (e.g. `KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL`, `KAFKA_CONFIG_SASL_PASSWORD=...`).
+    public static let keys = Settings.catalog.environmentKeys
 
     /// librdkafka settings the pipeline's guarantees rest on: offsets stored only after the write is durable,
     /// committed only what was stored, durable idempotent produce, one group named by its own variable. A
@@ -18,7 +39,7 @@ public enum KafkaEnvironment {
     ]
 
     public static func client(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> KafkaClientConfigurationValues {
-        let servers = environment.list("KAFKA_BOOTSTRAP_SERVERS", default: [])
+        let servers = environment.list(Settings.bootstrapServers.variable, default: [])
         let additional = environment.librdkafkaSettings(prefix: "KAFKA_CONFIG_")
         for key in additional.keys.sorted() {
             if let why = protectedSettings[key] {
@@ -27,9 +48,10 @@ public enum KafkaEnvironment {
             }
         }
         return KafkaClientConfigurationValues(
-            bootstrapServers: servers.isEmpty ? [try environment.required("KAFKA_BOOTSTRAP_SERVERS")] : servers,
-            clientId: environment.string("KAFKA_CLIENT_ID", default: defaultClientId),
-            statisticsIntervalMilliseconds: try environment.int("KAFKA_STATISTICS_INTERVAL_MS", default: 0),
+            bootstrapServers: servers.isEmpty ? [try environment.required(Settings.bootstrapServers.variable)] : servers,
+            clientId: environment.string(Settings.clientId.variable, default: defaultClientId),
+            // librdkafka's `statistics.interval.ms`: whole milliseconds.
+            statisticsIntervalMilliseconds: Int(try Settings.statisticsInterval.read(environment).wholeMilliseconds),
             additionalConfig: additional)
     }
 }

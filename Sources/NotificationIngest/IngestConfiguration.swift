@@ -84,7 +84,7 @@ public struct IngestConfiguration: Sendable {
         """
         ingest: Apple's App Store Server Notifications V2 in, the notifications topic out (200 only after the broker's
         acknowledgement). Configured by the environment (durations as 500ms, 10s, 2m):
-          KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
+        \(KafkaEnvironment.catalog.helpLines)
         \(Settings.catalog.helpLines)
         docs/ingest.md.
         """

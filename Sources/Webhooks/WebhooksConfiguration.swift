@@ -176,7 +176,7 @@ public struct WebhooksConfiguration: Sendable {
         (durations as 500ms, 10s, 5m). Its own settings:
         \(Settings.catalog.helpLines)
         And those it shares with the other services:
-          KAFKA_BOOTSTRAP_SERVERS, KAFKA_CLIENT_ID, KAFKA_CONFIG_*   the broker (required), as for every process
+        \(KafkaEnvironment.catalog.helpLines)
           EVENTS_TOPIC                     the events to deliver (appstore.entitlement-events.v1)
           POSTGRES_URL                     the database (required)
           ERASURE_KEY_FILE, ERASURE_KEY    the workers' erasure key: an erased customer's events make no delivery (docs/privacy.md)

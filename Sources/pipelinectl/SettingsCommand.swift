@@ -2,6 +2,7 @@ import ArgumentParser
 import Console
 import CustomerAPI
 import EntitlementEvents
+import KafkaClient
 import NotificationIngest
 import NotificationWorker
 import SharedSettings
@@ -16,7 +17,7 @@ struct SettingsCommand: ParsableCommand {
     /// The services whose settings are described declaratively (one description per setting).
     static let catalogs = Dictionary(uniqueKeysWithValues: [
         IngestConfiguration.catalog, WorkerConfiguration.catalog, EventsConfiguration.catalog, CustomerAPIConfiguration.catalog,
-        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog, PipelineSettings.catalog,
+        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog, PipelineSettings.catalog, KafkaEnvironment.catalog,
     ].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")

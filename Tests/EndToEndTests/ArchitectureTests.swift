@@ -2,6 +2,7 @@ import Console
 import CustomerAPI
 import EntitlementEvents
 import Foundation
+import KafkaClient
 import NotificationIngest
 import NotificationWorker
 import PipelineConfiguration
@@ -74,6 +75,7 @@ struct SettingsDocumentationTests {
             ("webhooks", "docs/webhooks.md", WebhooksConfiguration.catalog, WebhooksConfiguration.environmentKeys),
             ("console", "docs/console.md", ConsoleConfiguration.catalog, ConsoleConfiguration.environmentKeys),
             ("shared", "docs/worker.md", PipelineSettings.catalog, WorkerConfiguration.environmentKeys),
+            ("kafka", "docs/kafka-client.md", KafkaEnvironment.catalog, IngestConfiguration.environmentKeys),
         ])
     func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)
