@@ -8,7 +8,7 @@ import Testing
 import TestGates
 
 /// Settings that keep group joins fast on tansu (joins take about session.timeout.ms / 2 there). Test-only.
-public func testConsumerConfiguration(bootstrap: String, group: String) -> KafkaConsumerConfiguration {
+package func testConsumerConfiguration(bootstrap: String, group: String) -> KafkaConsumerConfiguration {
     var configuration = KafkaConsumerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap], clientId: group), groupId: group)
     configuration.sessionTimeoutMilliseconds = 2_000
     configuration.heartbeatIntervalMilliseconds = 300
@@ -16,7 +16,7 @@ public func testConsumerConfiguration(bootstrap: String, group: String) -> Kafka
     return configuration
 }
 
-public func testProducer(bootstrap: String, deliveryTimeout: Int = 10_000, additional: [String: String] = [:], logger: Logger = testLogger) throws -> KafkaProducer {
+package func testProducer(bootstrap: String, deliveryTimeout: Int = 10_000, additional: [String: String] = [:], logger: Logger = testLogger) throws -> KafkaProducer {
     var configuration = KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap], additionalConfig: additional))
     configuration.deliveryTimeoutMilliseconds = deliveryTimeout
     configuration.flushTimeoutMilliseconds = 2_000
@@ -25,20 +25,20 @@ public func testProducer(bootstrap: String, deliveryTimeout: Int = 10_000, addit
 
 /// For clients whose broker is deliberately away: librdkafka reports every reconnect, which would bury the
 /// test report in CI's output tail.
-public let quietTestLogger = quietLogger("kafka-tests", level: .critical)
+package let quietTestLogger = quietLogger("kafka-tests", level: .critical)
 
-public let testLogger: Logger = {
+package let testLogger: Logger = {
     var logger = Logger(label: "kafka-tests")
     logger.logLevel = ProcessInfo.processInfo.environment["KAFKA_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .warning
     return logger
 }()
 
-public func requireKafka() throws -> String {
+package func requireKafka() throws -> String {
     try RequiredServices.bootstrap
 }
 
 /// Creates a topic with `partitions` partitions and waits until its metadata shows them.
-public func makeTopic(_ bootstrap: String, partitions: Int32, name: String = TestServices.uniqueName("topic")) async throws -> String {
+package func makeTopic(_ bootstrap: String, partitions: Int32, name: String = TestServices.uniqueName("topic")) async throws -> String {
     let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: testLogger)
     _ = try await admin.createTopics([.init(name: name, partitions: partitions)])
     for _ in 0..<50 {
@@ -50,7 +50,7 @@ public func makeTopic(_ bootstrap: String, partitions: Int32, name: String = Tes
 }
 
 /// Consumes until `predicate` holds for what was collected, or `timeout` passes.
-public func consume(
+package func consume(
     _ consumer: KafkaConsumer, timeout: Duration = .seconds(30), store: Bool = true,
     until predicate: ([KafkaConsumerMessage]) -> Bool
 ) async throws -> [KafkaConsumerMessage] {
@@ -67,39 +67,39 @@ public func consume(
 
 /// A topic of its own for the test, created on the test broker before it runs (`.freshTopic(partitions:)`), with
 /// a producer for it: the broker tier's scoped resource, as `.migratedDatabase` is the store tier's.
-public struct TestTopic: Sendable {
-    public let bootstrap: String
-    public let name: String
+package struct TestTopic: Sendable {
+    package let bootstrap: String
+    package let name: String
     /// A unique consumer group name for the test.
-    public let group: String
+    package let group: String
 
     /// The topic of the running test (set by the `.freshTopic` trait).
-    @TaskLocal public static var current: TestTopic?
+    @TaskLocal package static var current: TestTopic?
 
     /// The running test's topic: fails the test when it has no `.freshTopic` trait.
-    public static var required: TestTopic {
+    package static var required: TestTopic {
         get throws { try #require(current, "the test needs the .freshTopic(partitions:) trait") }
     }
 
     /// A producer to the broker, closed by the caller.
-    public func producer(deliveryTimeout: Int = 10_000) throws -> KafkaProducer {
+    package func producer(deliveryTimeout: Int = 10_000) throws -> KafkaProducer {
         try testProducer(bootstrap: bootstrap, deliveryTimeout: deliveryTimeout)
     }
 }
 
 /// Creates a topic of `partitions` partitions for each test it is applied to (or each test of a suite) and
 /// provides it as `TestTopic.current`.
-public struct FreshTopicTrait: TestTrait, SuiteTrait, TestScoping {
+package struct FreshTopicTrait: TestTrait, SuiteTrait, TestScoping {
     let partitions: Int32
 
-    public var isRecursive: Bool { true }
+    package var isRecursive: Bool { true }
 
-    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
         // Once per test (a suite's trait reaches each of its tests), never around the suite itself.
         test.isSuite ? nil : self
     }
 
-    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+    package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let bootstrap = try requireKafka()
         let topic = TestTopic(bootstrap: bootstrap, name: try await makeTopic(bootstrap, partitions: partitions), group: TestServices.uniqueName("group"))
         try await TestTopic.$current.withValue(topic) { try await function() }
@@ -108,5 +108,5 @@ public struct FreshTopicTrait: TestTrait, SuiteTrait, TestScoping {
 
 extension Trait where Self == FreshTopicTrait {
     /// A topic of its own, of `partitions` partitions, for the test: `TestTopic.current`.
-    public static func freshTopic(partitions: Int32) -> Self { FreshTopicTrait(partitions: partitions) }
+    package static func freshTopic(partitions: Int32) -> Self { FreshTopicTrait(partitions: partitions) }
 }

@@ -14,7 +14,7 @@ import Tracing
 /// The ingest process's services, in start order: the application (its HTTP server and its producer) and the
 /// drain. The drain is last, so SIGTERM reaches it first: readiness fails while the server keeps serving for the
 /// drain period, then the application drains its HTTP server and flushes the producer.
-public func buildIngestServices(configuration: IngestConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
+package func buildIngestServices(configuration: IngestConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
     let producer = try KafkaProducer(configuration: configuration.producerConfiguration, logger: logger)
     let drain = ShutdownDrain(period: configuration.shutdownDrain)
     return [buildIngestApplication(configuration: configuration, producer: producer, registry: registry, logger: logger, drain: drain), drain]
@@ -23,7 +23,7 @@ public func buildIngestServices(configuration: IngestConfiguration, registry: Pr
 /// Builds the ingest HTTP application: Apple's POST → shape check → Kafka (acks=all) → 200 only once the broker
 /// acknowledged. Runs `producer` as one of its services, so a graceful shutdown first drains the HTTP server
 /// (in-flight requests still get their true answer) and then flushes the producer.
-public func buildIngestApplication(
+package func buildIngestApplication(
     configuration: IngestConfiguration,
     producer: KafkaProducer,
     registry: PrometheusCollectorRegistry,

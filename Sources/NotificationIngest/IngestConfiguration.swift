@@ -3,54 +3,54 @@ import KafkaClient
 import PipelineConfiguration
 
 /// Everything the ingest service is configured with. Read from the environment by `fromEnvironment`.
-public struct IngestConfiguration: Sendable {
+package struct IngestConfiguration: Sendable {
     /// `INGEST_HOST`: address to listen on.
-    public var host = "0.0.0.0"
+    package var host = "0.0.0.0"
     /// `INGEST_PORT`: port to listen on (0: any free port, for tests).
-    public var port = 8080
+    package var port = 8080
     /// `INGEST_PATH`: the URL to give App Store Connect. Notifications of both environments are accepted here.
-    public var notificationPath = "/v2/notifications"
+    package var notificationPath = "/v2/notifications"
     /// `INGEST_ENVIRONMENT_PATHS`: extra paths whose environment travels as the record header `environment-hint`,
     /// as `path=Environment` pairs separated by commas. The hint is informational: the worker trusts only the
     /// verified payload.
-    public var environmentPaths: [String: String] = ["/v2/notifications/production": "Production", "/v2/notifications/sandbox": "Sandbox"]
+    package var environmentPaths: [String: String] = ["/v2/notifications/production": "Production", "/v2/notifications/sandbox": "Sandbox"]
     /// `INGEST_MAX_BODY_BYTES`: larger bodies are refused with 400 (Apple's notifications are about 19 KB).
-    public var maximumBodyBytes = 256 * 1024
+    package var maximumBodyBytes = 256 * 1024
     /// `NOTIFICATIONS_TOPIC`: where accepted notifications are produced.
-    public var topic = "appstore.notifications.v2"
+    package var topic = "appstore.notifications.v2"
     /// `INGEST_PRODUCE_TIMEOUT`: the longest a request waits for the broker's acknowledgement before 503.
-    public var produceTimeout: Duration = .seconds(10)
+    package var produceTimeout: Duration = .seconds(10)
     /// `INGEST_RETRY_AFTER_SECONDS`: the `Retry-After` of a 503.
-    public var retryAfterSeconds = 60
+    package var retryAfterSeconds = 60
     /// `INGEST_IDLE_TIMEOUT`: a connection that sends nothing between requests for this long is closed.
-    public var idleTimeout: Duration = .seconds(60)
+    package var idleTimeout: Duration = .seconds(60)
     /// `INGEST_REQUEST_TIMEOUT`: from a request's first byte, its head and body must arrive within this, or
     /// 408 and the connection closed. Apple's ~19 KB POST takes milliseconds; a slowloris client is cut off here.
-    public var requestTimeout: Duration = .seconds(15)
+    package var requestTimeout: Duration = .seconds(15)
     /// `INGEST_MAX_CONNECTIONS`: open connections at most; further ones wait in the listen backlog.
-    public var maximumConnections = 1_024
+    package var maximumConnections = 1_024
     /// `INGEST_READINESS_CACHE`: how long a broker reachability probe answers `/health/ready` (a probe or a
     /// flood of them then costs the brokers one metadata request per this period, not one per request).
-    public var readinessCache: Duration = .seconds(2)
+    package var readinessCache: Duration = .seconds(2)
     /// `INGEST_SHUTDOWN_DRAIN`: on SIGTERM, how long readiness fails while the server still serves (keep it,
     /// plus the produce timeout, below the orchestrator's grace period).
-    public var shutdownDrain: Duration = .seconds(5)
+    package var shutdownDrain: Duration = .seconds(5)
     /// `INGEST_INSTANCE_ID`: this instance's name in the `ingest-instance` header (default: host name).
-    public var instanceId = ProcessInfo.processInfo.hostName
+    package var instanceId = ProcessInfo.processInfo.hostName
     /// Kafka connection settings (`KAFKA_*`).
-    public var kafka: KafkaClientConfigurationValues
+    package var kafka: KafkaClientConfigurationValues
 
-    public init(kafka: KafkaClientConfigurationValues) {
+    package init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
     }
 
     /// The settings ingest reads, for `--help`, the docs and the deployment consistency check.
-    public static var catalog: SettingsCatalog { Settings.catalog }
+    package static var catalog: SettingsCatalog { Settings.catalog }
 
     /// The environment variables ingest reads (the deprecated ones included).
-    public static let environmentKeys = Settings.catalog.environmentKeys + KafkaEnvironment.keys
+    package static let environmentKeys = Settings.catalog.environmentKeys + KafkaEnvironment.keys
 
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
+    package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> IngestConfiguration {
         var configuration = IngestConfiguration(kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-ingest"))
         configuration.host = try Settings.host.read(environment)
         configuration.port = try Settings.port.read(environment)
@@ -80,7 +80,7 @@ public struct IngestConfiguration: Sendable {
     }
 
     /// `ingest --help`.
-    public static var help: String {
+    package static var help: String {
         """
         ingest: Apple's App Store Server Notifications V2 in, the notifications topic out (200 only after the broker's
         acknowledgement). Configured by the environment (durations as 500ms, 10s, 2m):
@@ -91,7 +91,7 @@ public struct IngestConfiguration: Sendable {
     }
 
     /// The producer settings: durable by default (acks=all, idempotent), delivery bounded by the produce timeout.
-    public var producerConfiguration: KafkaProducerConfiguration {
+    package var producerConfiguration: KafkaProducerConfiguration {
         var producer = KafkaProducerConfiguration(client: kafka.clientConfiguration)
         producer.deliveryTimeoutMilliseconds = Int(produceTimeout.wholeMilliseconds)
         producer.lingerMilliseconds = 2

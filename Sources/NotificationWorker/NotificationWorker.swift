@@ -17,7 +17,7 @@ import Tracing
 /// permanent failures (acknowledged by the broker); only then store the batch's offsets. A transient failure
 /// (database or broker away) pauses the assigned partitions and retries the same batch with jittered backoff,
 /// so nothing is skipped and nothing is dead-lettered for being unlucky.
-public final class NotificationWorker: Service, Sendable {
+package final class NotificationWorker: Service, Sendable {
     let configuration: WorkerConfiguration
     let consumer: KafkaConsumer
     let deadLetters: KafkaProducer
@@ -35,7 +35,7 @@ public final class NotificationWorker: Service, Sendable {
     /// non-zero and the orchestrator replaces it.
     let fatalReason = Mutex<String?>(nil)
 
-    public init(
+    package init(
         configuration: WorkerConfiguration, consumer: KafkaConsumer, deadLetters: KafkaProducer, store: EntitlementStore,
         verifier: SignedPayloadVerifier, metrics: WorkerMetrics = WorkerMetrics(registry: PrometheusCollectorRegistry()), logger: Logger
     ) {
@@ -49,7 +49,7 @@ public final class NotificationWorker: Service, Sendable {
     }
 
     /// For `/health/ready`: nil when ready, else why not.
-    public var notReadyReason: String? {
+    package var notReadyReason: String? {
         if let fatal = fatalReason.withLock({ $0 }) { return "fatal consumer error: \(fatal); the process is exiting" }
         if !started.value { return "starting (applying migrations)" }
         if !healthy.value { return "retrying a transient failure (database or broker unavailable)" }
@@ -60,7 +60,7 @@ public final class NotificationWorker: Service, Sendable {
         return nil
     }
 
-    public func run() async throws {
+    package func run() async throws {
         if configuration.migrateAtStart {
             // The database may come up after us (compose, Kubernetes): retry until it answers.
             guard await untilDurable("migrations", pausing: false, {
@@ -390,9 +390,9 @@ public final class NotificationWorker: Service, Sendable {
 }
 
 /// The consumer hit a fatal error: the worker stops so that its process exits non-zero and is replaced.
-public struct FatalConsumerError: Error, CustomStringConvertible {
-    public var reason: String
-    public var description: String { "fatal consumer error, exiting so the orchestrator replaces this process: \(reason)" }
+package struct FatalConsumerError: Error, CustomStringConvertible {
+    package var reason: String
+    package var description: String { "fatal consumer error, exiting so the orchestrator replaces this process: \(reason)" }
 }
 
 /// Some dead letters were not acknowledged by the broker (retried; never skipped).

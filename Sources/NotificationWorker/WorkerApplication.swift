@@ -16,15 +16,15 @@ import ServiceRuntime
 /// The worker process's services, in dependency order (a ServiceGroup shuts them down in reverse: the ops server,
 /// then the worker finishes its batch, then the consumer commits and leaves the group, then the events relay
 /// ends its round and its producer flushes, then the dead-letter producer flushes, then the database pool closes).
-public struct WorkerServices: Sendable {
-    public let services: [any Service]
-    public let worker: NotificationWorker
+package struct WorkerServices: Sendable {
+    package let services: [any Service]
+    package let worker: NotificationWorker
 }
 
 /// Builds the worker: PostgreSQL pool, dead-letter producer, consumer, the `NotificationWorker`, and the ops HTTP
 /// server (`/health/live`, `/health/ready`, `/metrics`). Fails (naming the setting) if a configured root cannot
 /// be read or a client cannot be created.
-public func buildWorkerServices(
+package func buildWorkerServices(
     configuration: WorkerConfiguration,
     registry: PrometheusCollectorRegistry,
     logger: Logger,

@@ -9,47 +9,47 @@ import SharedSettings
 /// What the worker reads: the shared `PipelineSettings` (topics, apps, roots, PostgreSQL, Kafka, Apple's key) and
 /// its own settings. The shared ones read through it as if they were its own (`configuration.apps`).
 @dynamicMemberLookup
-public struct WorkerConfiguration: Sendable {
+package struct WorkerConfiguration: Sendable {
     /// `NOTIFICATIONS_TOPIC`, `DEAD_LETTER_TOPIC`, `APPS`, `TRUSTED_ROOTS`, `POSTGRES_*`, `KAFKA_*`, `APPSTORE_*`.
-    public var settings: PipelineSettings
+    package var settings: PipelineSettings
     /// `WORKER_GROUP_ID`: the consumer group every worker of a deployment shares.
-    public var groupId = "appstore-worker"
+    package var groupId = "appstore-worker"
     /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each). What the worker holds in memory
     /// follows it: three batches in flight (one written, one verified, one polled ahead), each record as bytes and
     /// parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker stayed at
     /// 104-118 MB steady, 117-132 MB peak in worker-bench with the image's malloc settings (one worker 2 700-3 160
     /// notifications/s, 2026-11-26); with 500, 172-192 MB before those settings (docs/benchmarks.md).
-    public var batchSize = 250
+    package var batchSize = 250
     /// `WORKER_MAX_BACKOFF`: longest pause between retries of a batch that failed transiently.
-    public var maximumBackoff: Duration = .seconds(30)
+    package var maximumBackoff: Duration = .seconds(30)
     /// `WORKER_STORE_TIMEOUT`: longest a batch's transaction may take before it counts as a transient failure
     /// (the database unreachable: the pool waits for a connection rather than failing). Migrations get 4×.
-    public var storeTimeout: Duration = .seconds(30)
+    package var storeTimeout: Duration = .seconds(30)
     /// `WORKER_MIGRATE`: apply pending schema migrations at start (under the advisory lock). Turn off when a
     /// separate migrate job (`pipelinectl migrate`) owns the schema.
-    public var migrateAtStart = true
+    package var migrateAtStart = true
     /// `WORKER_OPS_HOST` / `WORKER_OPS_PORT`: where `/health/live`, `/health/ready` and `/metrics` are served.
-    public var opsHost = "0.0.0.0"
-    public var opsPort = 8081
+    package var opsHost = "0.0.0.0"
+    package var opsPort = 8081
     /// Entitlement events (`EVENTS_*`): the outbox each batch writes, and the relay to the events topic.
-    public var events = EventsConfiguration()
+    package var events = EventsConfiguration()
     /// `HEAL_INTERVAL`: how often a worker looks for contradicted rows to pull (default 10 s); it heals only
     /// when Apple's key is configured (`APPSTORE_*`).
-    public var healInterval: Duration = .seconds(10)
+    package var healInterval: Duration = .seconds(10)
     /// `HEAL_RETRY_AFTER`: a row whose pull did not resolve it is pulled again after this (default 5 minutes).
-    public var healRetryAfter: Duration = .seconds(300)
+    package var healRetryAfter: Duration = .seconds(300)
     /// How long each database store keeps rows (`ARCHIVE_RETENTION_DAYS`, …: `RetentionPolicy`).
-    public var retention = RetentionPolicy()
+    package var retention = RetentionPolicy()
     /// `RETENTION_INTERVAL` (default 1h; `off` to leave pruning to `pipelinectl retention run`): how often a worker
     /// prunes what is past its retention and runs queued erasures (one worker of the group at a time).
-    public var retentionInterval: Duration? = .seconds(3600)
+    package var retentionInterval: Duration? = .seconds(3600)
 
-    public init(kafka: KafkaClientConfigurationValues) {
+    package init(kafka: KafkaClientConfigurationValues) {
         settings = PipelineSettings(kafka: kafka)
     }
 
     /// The shared settings, read and written as the worker's own.
-    public subscript<Value>(dynamicMember keyPath: WritableKeyPath<PipelineSettings, Value>) -> Value {
+    package subscript<Value>(dynamicMember keyPath: WritableKeyPath<PipelineSettings, Value>) -> Value {
         get { settings[keyPath: keyPath] }
         set { settings[keyPath: keyPath] = newValue }
     }
@@ -87,13 +87,13 @@ public struct WorkerConfiguration: Sendable {
     }
 
     /// The worker's own settings, for `--help`, the docs and `pipelinectl settings worker`.
-    public static var catalog: SettingsCatalog { Settings.catalog }
+    package static var catalog: SettingsCatalog { Settings.catalog }
 
     /// The environment variables the worker reads (for documentation and the deployment consistency check).
-    public static let environmentKeys = Settings.catalog.environmentKeys
+    package static let environmentKeys = Settings.catalog.environmentKeys
         + PipelineSettings.environmentKeys + EventsConfiguration.environmentKeys + RetentionPolicy.environmentKeys
 
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
+    package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WorkerConfiguration {
         var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: ""))
         configuration.settings = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-worker")
         configuration.groupId = try Settings.groupId.read(environment)
@@ -117,7 +117,7 @@ public struct WorkerConfiguration: Sendable {
     }
 
     /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
-    public var consumerConfiguration: KafkaConsumerConfiguration {
+    package var consumerConfiguration: KafkaConsumerConfiguration {
         var configuration = KafkaConsumerConfiguration(client: settings.kafka.clientConfiguration, groupId: groupId)
         // A quiet stream's record (a customer API purchase waiting for its worker) must not wait for librdkafka's
         // 500 ms on brokers that hold an empty fetch that long: 265 ms → 29 ms at p50 on the bundled one. At most
@@ -135,14 +135,14 @@ public struct WorkerConfiguration: Sendable {
 
     /// The events relay's producer: idempotent, `acks=all`, and gapless (a failure that could leave a gap in a
     /// partition stops the instance, which is replaced, instead of letting a later record through).
-    public var eventsProducerConfiguration: KafkaProducerConfiguration {
+    package var eventsProducerConfiguration: KafkaProducerConfiguration {
         var producer = KafkaProducerConfiguration(client: settings.kafka.clientConfiguration)
         producer.client.additionalConfig["enable.gapless.guarantee"] = "true"
         return producer
     }
 
     /// The dead-letter producer: durable (acks=all, idempotent), like ingest's.
-    public var deadLetterProducerConfiguration: KafkaProducerConfiguration {
+    package var deadLetterProducerConfiguration: KafkaProducerConfiguration {
         var producer = KafkaProducerConfiguration(client: settings.kafka.clientConfiguration)
         producer.deliveryTimeoutMilliseconds = 30_000
         return producer
@@ -151,7 +151,7 @@ public struct WorkerConfiguration: Sendable {
 
 extension WorkerConfiguration {
     /// `worker --help`: printed before anything is read, so it works with an empty environment.
-    public static var help: String {
+    package static var help: String {
         """
         worker: verifies each notification record, dedupes it and applies it to PostgreSQL in one transaction per batch;
         dead-letters what can never verify; relays entitlement events; heals rows that contradict Apple. Configured by the

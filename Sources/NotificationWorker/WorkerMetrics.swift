@@ -4,7 +4,7 @@ import Prometheus
 
 /// What the worker exports on `/metrics`. Labels are bounded: outcome, error code, known notification type (or
 /// `unknown`), field name; never an id or a raw value.
-public struct WorkerMetrics: Sendable {
+package struct WorkerMetrics: Sendable {
     let registry: PrometheusCollectorRegistry
     let batchDuration: DurationHistogram
     let verificationDuration: DurationHistogram
@@ -17,7 +17,7 @@ public struct WorkerMetrics: Sendable {
     let consumptionRequestsPending: Gauge
     let consumptionRequestDeadline: Gauge
 
-    public init(registry: PrometheusCollectorRegistry) {
+    package init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
         let buckets: [Duration] = [
             .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),

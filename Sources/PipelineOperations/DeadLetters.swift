@@ -6,18 +6,18 @@ import Logging
 import NotificationRecords
 
 /// A record of the dead-letter topic, with what its headers say.
-public struct DeadLetter: Sendable {
-    public var record: KafkaConsumerMessage
-    public var errorCode: String
-    public var errorReason: String
-    public var errorCause: String?
-    public var original: RecordPosition?
+package struct DeadLetter: Sendable {
+    package var record: KafkaConsumerMessage
+    package var errorCode: String
+    package var errorReason: String
+    package var errorCause: String?
+    package var original: RecordPosition?
     /// When the worker dead-lettered it (ms since 1970).
-    public var failedAt: Int64?
+    package var failedAt: Int64?
     /// Earlier re-drives of this payload (each one that failed again added a dead letter).
-    public var redriveCount: Int
+    package var redriveCount: Int
 
-    public init(_ record: KafkaConsumerMessage) {
+    package init(_ record: KafkaConsumerMessage) {
         self.record = record
         let headers = record.headers
         // Headers of records already on the topic may hold attacker text written before reasons were escaped.
@@ -32,13 +32,13 @@ public struct DeadLetter: Sendable {
         redriveCount = headers.string(RedriveHeader.count).flatMap(Int.init) ?? 0
     }
 
-    public var position: RecordPosition { RecordPosition(topic: record.topic, partition: record.partition, offset: record.offset) }
+    package var position: RecordPosition { RecordPosition(topic: record.topic, partition: record.partition, offset: record.offset) }
 
     /// When it was dead-lettered: the failed-at header, else the record's timestamp.
-    public var time: Int64 { failedAt ?? record.timestamp ?? 0 }
+    package var time: Int64 { failedAt ?? record.timestamp ?? 0 }
 
     /// What it claims, for the erasure screen (`DeadLetteredRecord.erasureClaim`: any erasure holds it back).
-    public var erasureClaim: ErasureClaim? {
+    package var erasureClaim: ErasureClaim? {
         DeadLetteredRecord(position: position, errorCode: errorCode, payload: record.value).erasureClaim
     }
 }
@@ -46,21 +46,21 @@ public struct DeadLetter: Sendable {
 /// The dead letters matching filters, taken one record at a time: what `dlq list` and `dlq redrive` keep is
 /// bounded (counts per code, the newest `keepNewest` without their payloads, and the original positions seen,
 /// for deduplication), never the topic's payloads.
-public struct DeadLetterScan: Sendable {
-    public let since: Int64?
+package struct DeadLetterScan: Sendable {
+    package let since: Int64?
     /// Dead letters written at or after this time are not taken: a re-drive that streams the topic would
     /// otherwise meet the dead letters its own re-driven records produce, and re-drive them again, forever.
-    public let until: Int64?
-    public let errorCode: String?
-    public let keepNewest: Int
-    public private(set) var matched = 0
-    public private(set) var duplicates = 0
-    public private(set) var countsByCode: [String: Int] = [:]
+    package let until: Int64?
+    package let errorCode: String?
+    package let keepNewest: Int
+    package private(set) var matched = 0
+    package private(set) var duplicates = 0
+    package private(set) var countsByCode: [String: Int] = [:]
     /// The newest matches, oldest first, with their values dropped.
-    public private(set) var newest: [DeadLetter] = []
+    package private(set) var newest: [DeadLetter] = []
     private var originals: Set<RecordPosition> = []
 
-    public init(since: Int64?, until: Int64? = nil, errorCode: String?, keepNewest: Int) {
+    package init(since: Int64?, until: Int64? = nil, errorCode: String?, keepNewest: Int) {
         self.since = since
         self.until = until
         self.errorCode = errorCode
@@ -68,7 +68,7 @@ public struct DeadLetterScan: Sendable {
     }
 
     /// The dead letter in `record` when it matches the filters and is the first for its original record.
-    public mutating func take(_ record: KafkaConsumerMessage) -> DeadLetter? {
+    package mutating func take(_ record: KafkaConsumerMessage) -> DeadLetter? {
         let letter = DeadLetter(record)
         guard since.map({ letter.time >= $0 }) ?? true, until.map({ letter.time < $0 }) ?? true, errorCode.map({ letter.errorCode == $0 }) ?? true
         else { return nil }
@@ -88,12 +88,12 @@ public struct DeadLetterScan: Sendable {
     }
 
     /// The newest kept, oldest first.
-    public var newestSorted: [DeadLetter] { Array(newest.sorted { ($0.time, $0.position) < ($1.time, $1.position) }.suffix(keepNewest)) }
+    package var newestSorted: [DeadLetter] { Array(newest.sorted { ($0.time, $0.position) < ($1.time, $1.position) }.suffix(keepNewest)) }
 }
 
-public enum DeadLetterOperations {
+package enum DeadLetterOperations {
     /// The record to re-publish (`RedriveRecord`, the console's too).
-    public static func redriveRecord(_ letter: DeadLetter, to topic: String, now: Int64) -> KafkaProducerMessage {
+    package static func redriveRecord(_ letter: DeadLetter, to topic: String, now: Int64) -> KafkaProducerMessage {
         RedriveRecord.make(
             value: letter.record.value, key: letter.record.key, deadLetterHeaders: letter.record.headers, from: letter.position.description, to: topic, now: now)
     }

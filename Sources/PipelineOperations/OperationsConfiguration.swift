@@ -11,39 +11,39 @@ import SharedSettings
 
 /// What `pipelinectl` reads from the environment: the same variables the services read, so an operator runs it
 /// with the deployment's own ConfigMap/Secret (command-line options override).
-public struct OperationsConfiguration: Sendable {
+package struct OperationsConfiguration: Sendable {
     /// `NOTIFICATIONS_TOPIC`
-    public var topic = "appstore.notifications.v2"
+    package var topic = "appstore.notifications.v2"
     /// `DEAD_LETTER_TOPIC` (default: the topic + `.dead-letter`)
-    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    package var deadLetterTopic = "appstore.notifications.v2.dead-letter"
     /// `WORKER_GROUP_ID`: the group `replay` and `lag` default to.
-    public var groupId = "appstore-worker"
+    package var groupId = "appstore-worker"
     /// `TOPIC_PARTITIONS`: partitions of the notifications topic; the most workers that can share the load.
-    public var partitions: Int32 = 12
+    package var partitions: Int32 = 12
     /// `TOPIC_REPLICATION_FACTOR`: 3 on a production cluster; 1 for a single local broker.
-    public var replicationFactor: Int32 = 3
+    package var replicationFactor: Int32 = 3
     /// `TOPIC_RETENTION_DAYS`: how long notifications stay replayable. At least 14 days: longer than Apple's
     /// ~6.5-day retry window, so an outage of the database or the workers can always be replayed.
-    public var retentionDays = 14
+    package var retentionDays = 14
     /// `DEAD_LETTER_RETENTION_DAYS`: dead letters wait this long for a fix and a re-drive. 28 days by default: an
     /// erased customer's dead letters (which erasure cannot reach in Kafka) are gone within the month GDPR allows.
-    public var deadLetterRetentionDays = 28
+    package var deadLetterRetentionDays = 28
     /// `DEAD_LETTER_RETENTION_BYTES`: and at most this many bytes per dead-letter partition (oldest deleted first):
     /// garbage that passes ingest's shape check cannot fill the brokers' disks, whatever the time limit says.
-    public var deadLetterRetentionBytes: Int64 = 1 << 30
+    package var deadLetterRetentionBytes: Int64 = 1 << 30
     /// `KAFKA_*`, when set.
-    public var kafka: KafkaClientConfigurationValues?
+    package var kafka: KafkaClientConfigurationValues?
     /// `POSTGRES_URL`, when set.
-    public var postgresURL: String?
+    package var postgresURL: String?
     /// `EVENTS_*`: the entitlement events topic (`topics ensure`, `events tail`).
-    public var events = EventsConfiguration()
+    package var events = EventsConfiguration()
     /// `ERASURE_KEY_FILE` / `ERASURE_KEY`: what pull commands and re-drives check records against before they
     /// produce them (an erased customer's records never reach the topic again), and what erasures are made with.
-    public var erasureKey: ErasureKey?
+    package var erasureKey: ErasureKey?
 
-    public init() {}
+    package init() {}
 
-    public static let environmentKeys = [
+    package static let environmentKeys = [
         "NOTIFICATIONS_TOPIC", "DEAD_LETTER_TOPIC", "WORKER_GROUP_ID", "TOPIC_PARTITIONS", "TOPIC_REPLICATION_FACTOR", "TOPIC_RETENTION_DAYS",
         "DEAD_LETTER_RETENTION_DAYS", "DEAD_LETTER_RETENTION_BYTES", "POSTGRES_URL", "LOG_LEVEL",
         // pipelinectl webhooks (WebhooksConfiguration.toolSettings).
@@ -53,7 +53,7 @@ public struct OperationsConfiguration: Sendable {
         "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS", "WEBHOOK_DELIVERY_RETENTION",
     ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys
 
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
+    package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
         var configuration = OperationsConfiguration()
         configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
         configuration.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: configuration.topic + ".dead-letter")
@@ -74,14 +74,14 @@ public struct OperationsConfiguration: Sendable {
     }
 
     /// The Kafka settings, or an error naming the variable.
-    public func requireKafka() throws(ConfigurationError) -> KafkaClientConfiguration {
+    package func requireKafka() throws(ConfigurationError) -> KafkaClientConfiguration {
         guard let kafka else { throw ConfigurationError(variable: "KAFKA_BOOTSTRAP_SERVERS", reason: "is required (or --bootstrap-servers)") }
         return kafka.clientConfiguration
     }
 
     /// The topics `topics ensure` creates: notifications, the dead-letter topic (fewer partitions, longer
     /// retention), and the entitlement events topic (`EVENTS_TOPIC_PARTITIONS`; as replayable as notifications).
-    public var topicSpecifications: [KafkaAdminClient.TopicSpecification] {
+    package var topicSpecifications: [KafkaAdminClient.TopicSpecification] {
         let day: Int64 = 86_400_000
         return [
             .init(name: topic, partitions: partitions, replicationFactor: replicationFactor, config: [
@@ -100,7 +100,7 @@ public struct OperationsConfiguration: Sendable {
     }
 
     /// Runs `body` with an `EntitlementStore` on a running pool of one connection.
-    public func withStore<T: Sendable>(logger: Logger, _ body: @Sendable (EntitlementStore) async throws -> T) async throws -> T {
+    package func withStore<T: Sendable>(logger: Logger, _ body: @Sendable (EntitlementStore) async throws -> T) async throws -> T {
         guard let postgresURL else { throw ConfigurationError(variable: "POSTGRES_URL", reason: "is required (or --postgres-url)") }
         var configuration = try PostgresClient.Configuration(url: postgresURL)
         configuration.options.maximumConnections = 2

@@ -8,9 +8,9 @@ import Logging
 /// After reaching the ends the broker reported, it reads on until nothing more arrives for `settle`: the tansu
 /// test broker reports the base offset of a partition's last batch as its end, so records produced together
 /// (the worker sends a batch's dead letters at once) would otherwise be missed there. Kafka reports the true end.
-public enum TopicReader {
+package enum TopicReader {
     /// Every record of the topic, in memory: for tests and small topics. Tools use `forEach`.
-    public static func readAll(
+    package static func readAll(
         _ topic: String, client: KafkaClientConfiguration, logger: Logger, since: Int64? = nil, sinceMargin: Int64 = 300_000, timeout: Duration = .seconds(120),
         settle: Duration = .seconds(1), progress: @Sendable (Int, Int64) -> Void = { _, _ in }
     ) async throws -> [KafkaConsumerMessage] {
@@ -31,7 +31,7 @@ public enum TopicReader {
     ///
     /// With `follow`, it does not stop at the end: it goes on handing over new records until the task is
     /// cancelled (`timeout` then does not apply).
-    public static func forEach(
+    package static func forEach(
         _ topic: String, client: KafkaClientConfiguration, logger: Logger, since: Int64? = nil, sinceMargin: Int64 = 300_000,
         timeout: Duration = .seconds(600), settle: Duration = .seconds(1), follow: Bool = false,
         progress: @Sendable (Int, Int64) -> Void = { _, _ in }, _ body: (KafkaConsumerMessage) async throws -> Void
@@ -114,6 +114,6 @@ public enum TopicReader {
 }
 
 /// Reading a topic failed for a reason of its own (missing topic, timeout).
-public struct TopicReadError: Error, CustomStringConvertible {
-    public var description: String
+package struct TopicReadError: Error, CustomStringConvertible {
+    package var description: String
 }

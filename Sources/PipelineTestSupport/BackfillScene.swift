@@ -6,22 +6,22 @@ import PostgresNIO
 import TestSupport
 import Testing
 
-public final class BackfillScene: @unchecked Sendable {
-    public let fixture: WorkerProcessFixture
-    public let apple: FakeAppleFixture
-    public let database: String
-    public let keyFile: String
-    public var ingest: RunningIngest?
+package final class BackfillScene: @unchecked Sendable {
+    package let fixture: WorkerProcessFixture
+    package let apple: FakeAppleFixture
+    package let database: String
+    package let keyFile: String
+    package var ingest: RunningIngest?
     /// The port of the ingest process `startIngestProcess` started.
-    public private(set) var ingestProcessPort: Int?
-    public var workers: [Process] = []
-    public var opsPorts: [Int] = []
-    public let group = TestServices.uniqueName("backfill")
+    package private(set) var ingestProcessPort: Int?
+    package var workers: [Process] = []
+    package var opsPorts: [Int] = []
+    package let group = TestServices.uniqueName("backfill")
 
     /// `workerHeals`: the worker gets the `APPSTORE_*` key of the fake Apple (and a fast `HEAL_INTERVAL_MS`), so
     /// it heals contradicted rows by itself.
     /// `workerEnvironment`: added to the worker's (tracing's `OTEL_*`, say).
-    public init(
+    package init(
         bootstrap: String, postgresURL: String, sharing other: WorkerProcessFixture? = nil, withWorker: Bool = true, workerHeals: Bool = false,
         workerEnvironment: [String: String] = [:]
     ) async throws {
@@ -49,7 +49,7 @@ public final class BackfillScene: @unchecked Sendable {
         }
     }
 
-    public func startIngest() async throws {
+    package func startIngest() async throws {
         let ingest = try await RunningIngest.start(bootstrap: fixture.bootstrap, topic: fixture.topic)
         // Ready as a deployment would be before taking traffic: its producer has reached the broker (the first send
         // would otherwise also pay for the connection and the metadata: ≈0.5 s here).
@@ -61,7 +61,7 @@ public final class BackfillScene: @unchecked Sendable {
     }
 
     /// Starts the `ingest` executable (a process of its own, with `environment` added) and points "Apple" at it.
-    public func startIngestProcess(environment: [String: String] = [:]) throws -> Process {
+    package func startIngestProcess(environment: [String: String] = [:]) throws -> Process {
         let port = TestServices.freePort()
         let process = try ChildProcess.startIngest(
             binary: repositoryRoot.appendingPathComponent(".build/debug/ingest").path, bootstrap: fixture.bootstrap, port: port, topic: fixture.topic,
@@ -73,18 +73,18 @@ public final class BackfillScene: @unchecked Sendable {
 
     /// "Apple" sends `signedPayload` until ingest answers 200, at most four times: a loaded machine may answer
     /// later than the fake's 10 s, and Apple retries (on its own schedule; here at once). Each attempt is recorded.
-    public func deliver(_ signedPayload: String) async -> SendAttemptResult {
+    package func deliver(_ signedPayload: String) async -> SendAttemptResult {
         var result = await apple.fake.send(signedPayload)
         for _ in 0..<3 where result != .success { result = await apple.fake.send(signedPayload) }
         return result
     }
 
-    public func stopIngest() async throws {
+    package func stopIngest() async throws {
         try await ingest?.stop()
         ingest = nil
     }
 
-    public var environment: [String: String] {
+    package var environment: [String: String] {
         var environment = apple.environment(keyFile: keyFile)
         environment["KAFKA_BOOTSTRAP_SERVERS"] = fixture.bootstrap
         environment["POSTGRES_URL"] = database
@@ -93,7 +93,7 @@ public final class BackfillScene: @unchecked Sendable {
     }
 
     /// Starts `pipelinectl arguments` with the scene's environment (plus `extra`); stdout and stderr to one file.
-    public func start(_ arguments: [String], extra: [String: String] = [:]) throws -> (Process, String) {
+    package func start(_ arguments: [String], extra: [String: String] = [:]) throws -> (Process, String) {
         let outputFile = fixture.directory + "/pipelinectl-\(UUID().uuidString).out"
         _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
         let output = try FileHandle(forWritingTo: URL(fileURLWithPath: outputFile))
@@ -108,7 +108,7 @@ public final class BackfillScene: @unchecked Sendable {
         return (process, outputFile)
     }
 
-    public func run(_ arguments: [String], extra: [String: String] = [:], timeout: Duration = .seconds(120)) async throws -> (status: Int32, output: String) {
+    package func run(_ arguments: [String], extra: [String: String] = [:], timeout: Duration = .seconds(120)) async throws -> (status: Int32, output: String) {
         let (process, outputFile) = try start(arguments, extra: extra)
         let deadline = ContinuousClock.now + timeout
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
@@ -117,13 +117,13 @@ public final class BackfillScene: @unchecked Sendable {
     }
 
     /// The JSON summary line of `pipelinectl backfill --json` in `output`.
-    public func summary(_ output: String) -> JSONObject? {
+    package func summary(_ output: String) -> JSONObject? {
         output.split(separator: "\n").reversed().lazy.compactMap { try? StrictJSONParser().parseObject(Array($0.utf8)) }.first
     }
 
     /// Kills `process` (kill -9) once the whole number `sql` reads has reached `mark` (a checkpoint's progress), or
     /// when the process ended or a minute passed. Polled every 20 ms, so the kill lands mid-run.
-    public func kill(_ process: Process, whenProgress sql: String, reaches mark: Int) async throws {
+    package func kill(_ process: Process, whenProgress sql: String, reaches mark: Int) async throws {
         var progress = 0
         let deadline = ContinuousClock.now + .seconds(60)
         while progress < mark, process.isRunning, ContinuousClock.now < deadline {
@@ -133,7 +133,7 @@ public final class BackfillScene: @unchecked Sendable {
         await ChildProcess.kill(process)
     }
 
-    public func query<T: Sendable>(_ sql: String, as type: T.Type) async throws -> [T] where T: PostgresDecodable {
+    package func query<T: Sendable>(_ sql: String, as type: T.Type) async throws -> [T] where T: PostgresDecodable {
         try await TestDatabase.with(database) { client in
             var values: [T] = []
             for try await value in try await client.query(PostgresQuery(unsafeSQL: sql), logger: ingestTestLogger).decode(T.self) { values.append(value) }
@@ -144,7 +144,7 @@ public final class BackfillScene: @unchecked Sendable {
     /// The archive, transactions and entitlements, without what differs between runs by design: storage and
     /// receipt times, Kafka positions and the source, and each row's event bookkeeping (an outage's backfill
     /// delivers the missed notifications after later ones, so fewer of them make events).
-    public func digest() async throws -> [String] {
+    package func digest() async throws -> [String] {
         try await query(
             """
             SELECT (SELECT count(*)::int FROM notification_ledger)::text UNION ALL
@@ -154,7 +154,7 @@ public final class BackfillScene: @unchecked Sendable {
             """, as: String.self)
     }
 
-    public func finish() async {
+    package func finish() async {
         await fixture.stopOneByOne(workers)
         try? await stopIngest()
         await apple.fake.stop()

@@ -3,11 +3,11 @@ import PostgresNIO
 
 /// Searches a whole database for identifiers, as a privacy audit would: every text, json, jsonb and array column of
 /// every table. What the erasure tests hold the pipeline to (and the external harness checks the same way).
-public enum DatabaseScan {
+package enum DatabaseScan {
     static let logger = Logger(label: "database-scan")
 
     /// Every (table, column) searched.
-    public static func textColumns(_ client: PostgresClient) async throws -> [(table: String, column: String)] {
+    package static func textColumns(_ client: PostgresClient) async throws -> [(table: String, column: String)] {
         var columns: [(String, String)] = []
         for try await (table, column) in try await client.query(
             """
@@ -22,7 +22,7 @@ public enum DatabaseScan {
     }
 
     /// `table.column` → rows that mention any of `needles` (substring), for every text column outside `except`.
-    public static func mentions(of needles: [String], in client: PostgresClient, except: Set<String> = []) async throws -> [String: Int] {
+    package static func mentions(of needles: [String], in client: PostgresClient, except: Set<String> = []) async throws -> [String: Int] {
         let patterns = needles.map { "%" + $0 + "%" }
         var found: [String: Int] = [:]
         for (table, column) in try await textColumns(client) where !except.contains(table) {
@@ -36,7 +36,7 @@ public enum DatabaseScan {
 
     /// Per table, a digest of the rows that mention none of `needles` (whole rows as JSON), outside `except` and
     /// rows mentioning any of `ignoring`: what must stay byte-identical when only the needles' owner is erased.
-    public static func digestOfOthers(
+    package static func digestOfOthers(
         excluding needles: [String], in client: PostgresClient, except: Set<String>, ignoring: [String] = []
     ) async throws -> [String: String] {
         var tables: [String] = []

@@ -9,17 +9,17 @@ import ServiceLifecycle
 import TestSupport
 import Testing
 
-public let ingestTestLogger = quietLogger("ingest-tests")
+package let ingestTestLogger = quietLogger("ingest-tests")
 
 /// An ingest application running in this process on a free port, in a real ServiceGroup.
-public struct RunningIngest: Sendable {
-    public let port: Int
-    public let topic: String
-    public let producer: KafkaProducer
+package struct RunningIngest: Sendable {
+    package let port: Int
+    package let topic: String
+    package let producer: KafkaProducer
     private let group: ServiceGroup
     private let task: Task<Void, any Error>
 
-    public static func start(
+    package static func start(
         bootstrap: String, topic: String = TestServices.uniqueName("notifications"), drain: ShutdownDrain? = nil, configure: (inout IngestConfiguration) -> Void = { _ in }
     ) async throws -> RunningIngest {
         var configuration = IngestConfiguration(
@@ -43,26 +43,26 @@ public struct RunningIngest: Sendable {
     }
 
     /// Graceful shutdown: the server drains, then the producer flushes.
-    public func stop() async throws {
+    package func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
     }
 
     /// Starts a graceful shutdown without waiting for it.
-    public func beginShutdown() async {
+    package func beginShutdown() async {
         await group.triggerGracefulShutdown()
     }
 }
 
 /// The body Apple would POST for `signedPayload`.
-public func notificationBody(_ signedPayload: String) -> [UInt8] {
+package func notificationBody(_ signedPayload: String) -> [UInt8] {
     Array(JSONObject(["signedPayload": .string(signedPayload)]).serialized.utf8)
 }
 
-public let jsonHeaders = ["Content-Type": "application/json"]
+package let jsonHeaders = ["Content-Type": "application/json"]
 
 /// Reads `topic` from the beginning until `count` records arrived or `timeout` passed.
-public func readTopic(_ bootstrap: String, topic: String, atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> [KafkaConsumerMessage] {
+package func readTopic(_ bootstrap: String, topic: String, atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> [KafkaConsumerMessage] {
     var configuration = KafkaConsumerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), groupId: TestServices.uniqueName("reader"))
     configuration.sessionTimeoutMilliseconds = 2_000
     configuration.heartbeatIntervalMilliseconds = 300
@@ -80,10 +80,10 @@ public func readTopic(_ bootstrap: String, topic: String, atLeast count: Int, ti
 }
 
 /// The repository root (for the built executables).
-public let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+package let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// The shared vectors directory (`$PIPELINE_SHARED_DIR/vectors` or `../shared/vectors`).
-public let sharedVectors: URL = {
+package let sharedVectors: URL = {
     if let path = ProcessInfo.processInfo.environment["PIPELINE_SHARED_DIR"] { return URL(fileURLWithPath: path).appendingPathComponent("vectors") }
     return repositoryRoot.deletingLastPathComponent().appendingPathComponent("shared/vectors")
 }()

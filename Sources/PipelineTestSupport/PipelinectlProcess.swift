@@ -5,7 +5,7 @@ import TestSupport
 /// with `input` on its standard input; returns its exit status and its standard output (and standard error too with
 /// `includeErrors`, for the tests that check what a refusal says). Waits on a thread of its own
 /// (`DedicatedThread`), not one of the concurrency pool's.
-public func runPipelinectl(_ arguments: [String], postgresURL: String, input: String? = nil, includeErrors: Bool = false) async throws -> (status: Int32, output: String) {
+package func runPipelinectl(_ arguments: [String], postgresURL: String, input: String? = nil, includeErrors: Bool = false) async throws -> (status: Int32, output: String) {
     try await DedicatedThread.run { try runPipelinectlBlocking(arguments, postgresURL: postgresURL, input: input, includeErrors: includeErrors) }
 }
 

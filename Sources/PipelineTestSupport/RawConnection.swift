@@ -6,10 +6,10 @@ import Glibc
 #endif
 
 /// A plain TCP connection for requests no well-behaved client would send.
-public final class RawConnection {
+package final class RawConnection {
     private let descriptor: Int32
 
-    public init(port: Int) throws {
+    package init(port: Int) throws {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -24,12 +24,12 @@ public final class RawConnection {
     deinit { close(descriptor) }
 
     /// False once the peer closed (or reset) the connection.
-    public func send(_ bytes: [UInt8]) -> Bool {
+    package func send(_ bytes: [UInt8]) -> Bool {
         bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count
     }
 
     /// What arrives within `seconds` (returns early once something arrived and the line went quiet for 0.3 s).
-    public func read(seconds: Double) -> String {
+    package func read(seconds: Double) -> String {
         var collected: [UInt8] = []
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
@@ -45,7 +45,7 @@ public final class RawConnection {
     }
 
     /// Reads until the peer closes, at most `seconds`.
-    public func readUntilClosed(seconds: Double) -> (text: String, closed: Bool) {
+    package func readUntilClosed(seconds: Double) -> (text: String, closed: Bool) {
         var collected: [UInt8] = []
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {

@@ -10,17 +10,17 @@ import Glibc
 #endif
 
 /// One event as read from the topic.
-public struct ReadEvent {
-    public var id: String
-    public var type: String
-    public var subject: String
-    public var sequence: Int64?
-    public var headers: [String: String]
-    public var data: JSONObject
-    public var after: JSONObject? { data["after"]?.objectValue }
-    public var before: JSONObject? { data["before"]?.objectValue }
+package struct ReadEvent {
+    package var id: String
+    package var type: String
+    package var subject: String
+    package var sequence: Int64?
+    package var headers: [String: String]
+    package var data: JSONObject
+    package var after: JSONObject? { data["after"]?.objectValue }
+    package var before: JSONObject? { data["before"]?.objectValue }
 
-    public init?(_ record: KafkaConsumerMessage) {
+    package init?(_ record: KafkaConsumerMessage) {
         guard let id = record.headers.string(CloudEventsHeader.id), let data = try? StrictJSONParser().parseObject(record.value) else { return nil }
         self.id = id
         type = record.headers.string(CloudEventsHeader.type) ?? ""
@@ -31,7 +31,7 @@ public struct ReadEvent {
     }
 
     /// Reads the events topic until it holds at least `count` distinct ids (or 90 s pass).
-    public static func readAll(_ fixture: WorkerProcessFixture, topic: String, atLeast count: Int) async throws -> [ReadEvent] {
+    package static func readAll(_ fixture: WorkerProcessFixture, topic: String, atLeast count: Int) async throws -> [ReadEvent] {
         let deadline = ContinuousClock.now + .seconds(90)
         var events: [ReadEvent] = []
         repeat {

@@ -7,17 +7,17 @@ import TestSupport
 import Testing
 
 /// A worker (with its events relay), `webhooks` processes and a receiver on loopback, over one database and topic.
-public final class WebhooksScene: @unchecked Sendable {
-    public let scene: BackfillScene
-    public let receiver: WebhookReceiver
-    public var receiverPort = 0
-    public var webhooks: [Process] = []
-    public var opsPorts: [Int] = []
-    public let group = TestServices.uniqueName("webhooks")
-    public var fixture: WorkerProcessFixture { scene.fixture }
-    public let binary = repositoryRoot.appendingPathComponent(".build/debug/webhooks").path
+package final class WebhooksScene: @unchecked Sendable {
+    package let scene: BackfillScene
+    package let receiver: WebhookReceiver
+    package var receiverPort = 0
+    package var webhooks: [Process] = []
+    package var opsPorts: [Int] = []
+    package let group = TestServices.uniqueName("webhooks")
+    package var fixture: WorkerProcessFixture { scene.fixture }
+    package let binary = repositoryRoot.appendingPathComponent(".build/debug/webhooks").path
 
-    public init(bootstrap: String, postgresURL: String, slowSeconds: Int = 3, workerEnvironment: [String: String] = [:]) async throws {
+    package init(bootstrap: String, postgresURL: String, slowSeconds: Int = 3, workerEnvironment: [String: String] = [:]) async throws {
         scene = try await BackfillScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: workerEnvironment)
         // The worker migrates as it starts, but its ops port listens before that ends: without this, a pipelinectl
         // call right away raced the migration (a fresh-clone run under load failed "the database lacks migrations").
@@ -27,17 +27,17 @@ public final class WebhooksScene: @unchecked Sendable {
         receiverPort = try await receiver.start()
     }
 
-    public var toolEnvironment: [String: String] { ["EVENTS_TOPIC": fixture.eventsTopic(), "WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true"] }
+    package var toolEnvironment: [String: String] { ["EVENTS_TOPIC": fixture.eventsTopic(), "WEBHOOKS_ALLOW_PRIVATE_TARGETS": "true"] }
 
     /// `pipelinectl webhooks add` of `path` on the receiver; returns (id, secret).
-    public func add(_ path: String, _ options: [String] = []) async throws -> (id: String, secret: String) {
+    package func add(_ path: String, _ options: [String] = []) async throws -> (id: String, secret: String) {
         let added = try await scene.run(["webhooks", "add", "--url", "http://127.0.0.1:\(receiverPort)\(path)", "--allow-http", "--json"] + options, extra: toolEnvironment)
         #expect(added.status == 0, "\(added.output)")
         let json = try StrictJSONParser().parseObject(Array((added.output.split(separator: "\n").last.map(String.init) ?? "").utf8))
         return (try #require(json["id"]?.stringValue), try #require(json["secret"]?.stringValue))
     }
 
-    public func startWebhooks(extra: [String: String] = [:]) async throws {
+    package func startWebhooks(extra: [String: String] = [:]) async throws {
         let port = TestServices.freePort()
         let process = try await ChildProcess.start(binary: binary, environment: [
             "KAFKA_BOOTSTRAP_SERVERS": fixture.bootstrap, "EVENTS_TOPIC": fixture.eventsTopic(), "POSTGRES_URL": scene.database, "WEBHOOKS_GROUP_ID": group,
@@ -52,7 +52,7 @@ public final class WebhooksScene: @unchecked Sendable {
     }
 
     /// The events topic as a plain consumer reads it, per subject in topic order (ids), and every event by id.
-    public func topicEvents(atLeast count: Int) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
+    package func topicEvents(atLeast count: Int) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
         let deadline = ContinuousClock.now + .seconds(90)
         var bySubject: [String: [String]] = [:], byId: [String: JSONObject] = [:]
         repeat {
@@ -70,7 +70,7 @@ public final class WebhooksScene: @unchecked Sendable {
     }
 
     /// Waits until `path` has received (answered 2xx) every id of `ids`.
-    public func waitDelivered(_ ids: Set<String>, path: String, timeout: Duration = .seconds(90)) async throws -> Bool {
+    package func waitDelivered(_ ids: Set<String>, path: String, timeout: Duration = .seconds(90)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if ids.isSubset(of: Set(receiver.deliveries.filter { $0.path == path && $0.status == 200 }.map(\.id))) { return true }
@@ -80,7 +80,7 @@ public final class WebhooksScene: @unchecked Sendable {
     }
 
     /// Per subject, the ids `path` received with 200, first arrival of each id only (deduplicated by webhook-id).
-    public func receivedOrder(_ path: String) -> [String: [String]] {
+    package func receivedOrder(_ path: String) -> [String: [String]] {
         var seen: Set<String> = []
         var order: [String: [String]] = [:]
         for delivery in receiver.deliveries where delivery.path == path && delivery.status == 200 && seen.insert(delivery.id).inserted {
@@ -90,20 +90,20 @@ public final class WebhooksScene: @unchecked Sendable {
     }
 
     /// Once the workers have caught up: the topic's events, at least as many as the outbox holds.
-    public func caughtUpTopicEvents(sourceLocation: SourceLocation = #_sourceLocation) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
+    package func caughtUpTopicEvents(sourceLocation: SourceLocation = #_sourceLocation) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
         #expect(try await fixture.waitForLag(group: scene.group), sourceLocation: sourceLocation)
         return try await topicEvents(atLeast: try await outboxCount())
     }
 
     /// Rows in the outbox: every event the workers wrote (none is pruned within a test).
-    public func outboxCount() async throws -> Int {
+    package func outboxCount() async throws -> Int {
         try await scene.query("SELECT count(*)::int FROM entitlement_events_outbox", as: Int.self).first ?? 0
     }
 
     /// Once the workers have caught up: every event of the outbox is on the topic, `path` received each (within
     /// `timeout`), and in each subject's topic order. Returns the topic's events for further checks.
     @discardableResult
-    public func expectEveryEventDeliveredInOrder(
+    package func expectEveryEventDeliveredInOrder(
         to path: String, timeout: Duration = .seconds(90), sourceLocation: SourceLocation = #_sourceLocation
     ) async throws -> (bySubject: [String: [String]], byId: [String: JSONObject]) {
         let topic = try await caughtUpTopicEvents(sourceLocation: sourceLocation)
@@ -115,7 +115,7 @@ public final class WebhooksScene: @unchecked Sendable {
         return topic
     }
 
-    public func finish() async {
+    package func finish() async {
         for process in webhooks { await ChildProcess.terminate(process) }
         await receiver.stop()
         await scene.finish()

@@ -10,23 +10,23 @@ import TestSupport
 import Testing
 
 /// A topic pair, a stream of signed notifications in it, and `worker` processes to run against it.
-public final class WorkerProcessFixture: @unchecked Sendable {
-    public let bootstrap: String
-    public let topic = TestServices.uniqueName("notifications")
-    public var deadLetterTopic: String { topic + ".dead-letter" }
+package final class WorkerProcessFixture: @unchecked Sendable {
+    package let bootstrap: String
+    package let topic = TestServices.uniqueName("notifications")
+    package var deadLetterTopic: String { topic + ".dead-letter" }
     /// The entitlement events topic of `topic`'s workers (every fixture has its own).
-    public func eventsTopic(_ topic: String? = nil) -> String { (topic ?? self.topic) + ".events" }
-    public let directory = NSTemporaryDirectory() + "worker-fixture-\(UUID().uuidString)"
-    public var rootFile: String { directory + "/test-root.pem" }
-    public let minter: NotificationMinter
-    public static let apps = "com.example.pipeline.app:1234567890"
-    public let binary = repositoryRoot.appendingPathComponent(".build/debug/worker").path
+    package func eventsTopic(_ topic: String? = nil) -> String { (topic ?? self.topic) + ".events" }
+    package let directory = NSTemporaryDirectory() + "worker-fixture-\(UUID().uuidString)"
+    package var rootFile: String { directory + "/test-root.pem" }
+    package let minter: NotificationMinter
+    package static let apps = "com.example.pipeline.app:1234567890"
+    package let binary = repositoryRoot.appendingPathComponent(".build/debug/worker").path
 
     /// The authority that issued `minter`'s chain (nil for a fixture sharing another's).
-    public let authority: TestCertificateAuthority?
+    package let authority: TestCertificateAuthority?
 
     /// `chainOptions`: how the signing chain is issued (an OCSP responder's URI, say).
-    public init(bootstrap: String, chainOptions: TestCertificateAuthority.Options = .init()) throws {
+    package init(bootstrap: String, chainOptions: TestCertificateAuthority.Options = .init()) throws {
         self.bootstrap = bootstrap
         let authority = try TestCertificateAuthority()
         self.authority = authority
@@ -36,7 +36,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     }
 
     /// A second topic pair signed by the same chain (and trusting the same root).
-    public init(bootstrap: String, sharing other: WorkerProcessFixture) throws {
+    package init(bootstrap: String, sharing other: WorkerProcessFixture) throws {
         self.bootstrap = bootstrap
         minter = other.minter
         authority = other.authority
@@ -46,7 +46,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 
-    public func createTopics(partitions: Int32, topic: String? = nil) async throws {
+    package func createTopics(partitions: Int32, topic: String? = nil) async throws {
         let topic = topic ?? self.topic
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
         _ = try await admin.createTopics([
@@ -59,7 +59,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     /// Produces `payloads` as ingest would (key = the partition key, `received-at` header), one at a time: the
     /// tansu test broker reports a partition's end as the base offset of its last batch, so records batched
     /// together would make lag and replay counts there look smaller than they are.
-    public func produce(_ payloads: some Collection<String>, topic: String? = nil, partition: Int32? = nil) async throws {
+    package func produce(_ payloads: some Collection<String>, topic: String? = nil, partition: Int32? = nil) async throws {
         let topic = topic ?? self.topic
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(client: KafkaClientConfiguration(bootstrapServers: [bootstrap])), logger: ingestTestLogger)
         for payload in payloads {
@@ -73,7 +73,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
 
     /// A worker process for `group` writing to `postgresURL`; returns it and its ops port. Its log (LOG_LEVEL=info)
     /// goes to a file of the fixture's directory; `logTail` shows them all when an expectation fails.
-    public func startWorker(
+    package func startWorker(
         group: String, postgresURL: String, apps: String = WorkerProcessFixture.apps, trustedRoots: String? = nil, topic: String? = nil, batchSize: Int = 100,
         extra: [String: String] = [:]
     ) async throws -> (process: Process, opsPort: Int) {
@@ -96,7 +96,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     /// `payloads` starts with when the kill lands, once a tenth of them are stored, so the kill is mid-stream by
     /// construction however fast the machine; the rest is produced after it and a replacement joins. Returns the
     /// running workers (the replacement in the killed one's place) and the ledger's count at the kill.
-    public func killOneWorkerMidStream(
+    package func killOneWorkerMidStream(
         _ payloads: [String], distinct: Int, topic: String, group: String, database: String, batchSize: Int
     ) async throws -> (workers: [Process], storedAtKill: Int) {
         let half = distinct / 2
@@ -117,7 +117,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     private var logFiles: [Int32: String] = [:]
 
     /// How many assignments `worker` has logged so far.
-    public func assignmentCount(_ worker: Process) -> Int {
+    package func assignmentCount(_ worker: Process) -> Int {
         guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return 0 }
         return text.components(separatedBy: "partitions assigned").count - 1
     }
@@ -127,7 +127,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     /// the middle of the rebalance another member's departure started: the departed member stays its leader, and
     /// no later join (a replay's, the next workers') completes. Kafka would expire that member after its session
     /// timeout; tansu does not.
-    public func stopOneByOne(_ workers: [Process]) async {
+    package func stopOneByOne(_ workers: [Process]) async {
         for (index, worker) in workers.enumerated() {
             let others = workers[(index + 1)...].filter(\.isRunning)
             let before = others.map(assignmentCount)
@@ -140,7 +140,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     }
 
     /// The last lines of every worker's log, for failure messages.
-    public func logTail(lines: Int = 15) -> String {
+    package func logTail(lines: Int = 15) -> String {
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".log") }.sorted()
         return files.map { file in
             let text = (try? String(contentsOfFile: directory + "/" + file, encoding: .utf8)) ?? ""
@@ -149,7 +149,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     }
 
     /// The group's total lag on the topic (nil while the group has no committed offsets yet).
-    public func lag(group: String, topic: String? = nil) async throws -> Int64? {
+    package func lag(group: String, topic: String? = nil) async throws -> Int64? {
         let topic = topic ?? self.topic
         let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
         let description: KafkaAdminClient.GroupDescription
@@ -165,7 +165,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     }
 
     /// Waits until `group` has committed every record of the topic; false on timeout.
-    public func waitForLag(group: String, topic: String? = nil, timeout: Duration = .seconds(120)) async throws -> Bool {
+    package func waitForLag(group: String, topic: String? = nil, timeout: Duration = .seconds(120)) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if let lag = try? await lag(group: group, topic: topic), lag == 0 { return true }
@@ -176,7 +176,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
 
     /// Runs the built `pipelinectl` against the fixture's broker; its exit status and output (stdout + stderr).
     /// A replay refused because the group's members have not left yet is tried again for up to a minute.
-    public func pipelinectl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+    package func pipelinectl(_ arguments: [String]) async throws -> (status: Int32, output: String) {
         let binary = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl").path
         var result: (status: Int32, output: String) = (-1, "")
         let deadline = ContinuousClock.now + .seconds(60)
@@ -203,7 +203,7 @@ public final class WorkerProcessFixture: @unchecked Sendable {
     }
 
     /// The dead letters written for `group`.
-    public func deadLetters(group: String, topic: String? = nil) async throws -> [DeadLetter] {
+    package func deadLetters(group: String, topic: String? = nil) async throws -> [DeadLetter] {
         try await TopicReader.readAll((topic ?? self.topic) + ".dead-letter", client: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: ingestTestLogger)
             .map(DeadLetter.init).filter { $0.record.headers.string(DeadLetterHeader.consumerGroup) == group }
     }
@@ -212,23 +212,23 @@ public final class WorkerProcessFixture: @unchecked Sendable {
 /// What a database holds, minus what legitimately differs between runs: storage times, and each row's event
 /// bookkeeping (how many events a subscription has had depends on the order its notifications arrived in: a
 /// stale one makes none; the events tests check those).
-public struct DatabaseDigest: Equatable, Sendable, CustomStringConvertible {
-    public var ledger: Int
-    public var notifications: String
-    public var transactions: String
-    public var entitlements: String
-    public var description: String { "ledger \(ledger), notifications \(notifications.prefix(8)), transactions \(transactions.prefix(8)), entitlements \(entitlements.prefix(8))" }
+package struct DatabaseDigest: Equatable, Sendable, CustomStringConvertible {
+    package var ledger: Int
+    package var notifications: String
+    package var transactions: String
+    package var entitlements: String
+    package var description: String { "ledger \(ledger), notifications \(notifications.prefix(8)), transactions \(transactions.prefix(8)), entitlements \(entitlements.prefix(8))" }
 }
 
-public enum TestDatabase {
+package enum TestDatabase {
     /// Creates database `name` on the cluster of `baseURL` and returns its URL.
-    public static func create(_ name: String, on baseURL: String) async throws -> String {
+    package static func create(_ name: String, on baseURL: String) async throws -> String {
         try await FreshDatabase.create(name, on: baseURL, logger: ingestTestLogger)
     }
 
     /// A database of its own (named from `prefix`) on the test cluster, migrated by `pipelinectl migrate` as an
     /// operator would; returns its URL.
-    public static func createMigrated(_ prefix: String) async throws -> String {
+    package static func createMigrated(_ prefix: String) async throws -> String {
         let base = try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres))
         let url = try await create(prefix + UUID().uuidString.prefix(8).lowercased(), on: base)
         let migrated = try await runPipelinectl(["migrate"], postgresURL: url)
@@ -236,12 +236,12 @@ public enum TestDatabase {
         return url
     }
 
-    public static func with<T: Sendable>(_ url: String, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
+    package static func with<T: Sendable>(_ url: String, _ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
         try await FreshDatabase.withClient(url, logger: ingestTestLogger, body)
     }
 
     /// Notifications in the ledger (0 before the worker migrated).
-    public static func ledgerCount(_ url: String) async -> Int {
+    package static func ledgerCount(_ url: String) async -> Int {
         (try? await with(url) { client in
             for try await count in try await client.query("SELECT count(*)::int FROM notification_ledger", logger: ingestTestLogger).decode(Int.self) { return count }
             return 0
@@ -250,7 +250,7 @@ public enum TestDatabase {
 
     /// `topicRenamed`: the archive's records read from topic `from` count as read from `to` (a phase that
     /// replays the same stream from a topic of its own compares equal to the reference's).
-    public static func digest(_ url: String, topicRenamed: (from: String, to: String)? = nil) async throws -> DatabaseDigest {
+    package static func digest(_ url: String, topicRenamed: (from: String, to: String)? = nil) async throws -> DatabaseDigest {
         let from = topicRenamed?.from ?? ""
         let to = topicRenamed?.to ?? ""
         return try await with(url) { client in
@@ -271,10 +271,10 @@ public enum TestDatabase {
         }
     }
 
-    public struct PostgresDigestMissing: Error {}
+    package struct PostgresDigestMissing: Error {}
 
     /// Waits until the ledger holds `count` notifications; false on timeout.
-    public static func waitForLedger(_ url: String, count: Int, timeout: Duration = .seconds(180), while condition: () -> Bool = { true }) async throws -> Bool {
+    package static func waitForLedger(_ url: String, count: Int, timeout: Duration = .seconds(180), while condition: () -> Bool = { true }) async throws -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline, condition() {
             if await ledgerCount(url) >= count { return true }

@@ -3,8 +3,8 @@ import Prometheus
 import Testing
 
 
-public enum YAMLFile {
-    public static func load(_ relativePath: String) throws -> [Any] {
+package enum YAMLFile {
+    package static func load(_ relativePath: String) throws -> [Any] {
         let python = repositoryRoot.appendingPathComponent(".venv/bin/python3").path
         try #require(FileManager.default.isExecutableFile(atPath: python), "run scripts/install.sh: the test reads YAML with the venv's PyYAML")
         let process = Process()
@@ -22,8 +22,8 @@ public enum YAMLFile {
 
 /// JSON Schema validation by the venv's `jsonschema` (scripts/install.sh): an independent implementation of the
 /// standard. Returns one message per instance that does not validate.
-public enum JSONSchemaCheck {
-    public static func validate(_ instances: [String], against schemaPath: String) throws -> [String] {
+package enum JSONSchemaCheck {
+    package static func validate(_ instances: [String], against schemaPath: String) throws -> [String] {
         let python = repositoryRoot.appendingPathComponent(".venv/bin/python3").path
         try #require(FileManager.default.isExecutableFile(atPath: python), "run scripts/install.sh: the test validates with the venv's jsonschema")
         let script = """

@@ -8,9 +8,9 @@ import TestGates
 
 /// The one way a test gets a database of its own: created on the test cluster (`POSTGRES_URL`) under a unique name,
 /// never shared, left behind for a person to read after a failure (the cluster is a test one).
-public enum FreshDatabase {
+package enum FreshDatabase {
     /// Creates database `name` on the cluster of `baseURL` and returns its URL.
-    public static func create(_ name: String, on baseURL: String, logger: Logger = quietLogger("fresh-database")) async throws -> String {
+    package static func create(_ name: String, on baseURL: String, logger: Logger = quietLogger("fresh-database")) async throws -> String {
         _ = try await withClient(baseURL, logger: logger) { client in
             try await client.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: logger)
         }
@@ -18,12 +18,12 @@ public enum FreshDatabase {
     }
 
     /// A database name for `purpose`, unique to this run.
-    public static func uniqueName(_ purpose: String) -> String {
+    package static func uniqueName(_ purpose: String) -> String {
         "test_" + TestServices.uniqueName(purpose).replacingOccurrences(of: "-", with: "_")
     }
 
     /// Runs `body` with a client of `url`, running for exactly as long as `body`.
-    public static func withClient<T: Sendable>(
+    package static func withClient<T: Sendable>(
         _ url: String, logger: Logger = quietLogger("fresh-database"), _ body: @Sendable (PostgresClient) async throws -> T
     ) async throws -> T {
         let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
@@ -40,7 +40,7 @@ public enum FreshDatabase {
 
 /// Runs `body` with a store on a PostgreSQL database of its own (named after `purpose`, created for the test and
 /// migrated in process; a second migration run must apply nothing).
-public func withMigratedStore(_ purpose: String, logger: Logger, _ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
+package func withMigratedStore(_ purpose: String, logger: Logger, _ body: (EntitlementStore, PostgresClient) async throws -> Void) async throws {
     let url = try await FreshDatabase.create(FreshDatabase.uniqueName(purpose), on: try RequiredServices.postgresURL, logger: logger)
     let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -55,26 +55,26 @@ public func withMigratedStore(_ purpose: String, logger: Logger, _ body: (Entitl
 
 /// The store tier's scoped resource: a database of its own, migrated in process, for each test the
 /// `.migratedDatabase` trait is applied to (or each test of a suite), provided as `MigratedDatabase.current`.
-public struct MigratedDatabase: Sendable {
-    public let store: EntitlementStore
-    public let client: PostgresClient
+package struct MigratedDatabase: Sendable {
+    package let store: EntitlementStore
+    package let client: PostgresClient
 
-    @TaskLocal public static var current: MigratedDatabase?
+    @TaskLocal package static var current: MigratedDatabase?
 
     /// The running test's database: fails the test when it has no `.migratedDatabase` trait.
-    public static var required: MigratedDatabase {
+    package static var required: MigratedDatabase {
         get throws { try #require(current, "the test needs the .migratedDatabase trait") }
     }
 }
 
-public struct MigratedDatabaseTrait: TestTrait, SuiteTrait, TestScoping {
-    public var isRecursive: Bool { true }
+package struct MigratedDatabaseTrait: TestTrait, SuiteTrait, TestScoping {
+    package var isRecursive: Bool { true }
 
-    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
         test.isSuite ? nil : self
     }
 
-    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+    package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let logger = quietLogger("migrated-database")
         try await withMigratedStore("migrated", logger: logger) { store, client in
             try await MigratedDatabase.$current.withValue(MigratedDatabase(store: store, client: client)) { try await function() }
@@ -84,5 +84,5 @@ public struct MigratedDatabaseTrait: TestTrait, SuiteTrait, TestScoping {
 
 extension Trait where Self == MigratedDatabaseTrait {
     /// A PostgreSQL database of its own, migrated, for the test: `MigratedDatabase.current`.
-    public static var migratedDatabase: Self { MigratedDatabaseTrait() }
+    package static var migratedDatabase: Self { MigratedDatabaseTrait() }
 }

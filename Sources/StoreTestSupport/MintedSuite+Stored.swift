@@ -4,7 +4,7 @@ import TestSigning
 
 extension MintedSuite {
     /// `event` minted, verified and made the record a worker would store, read at `offset` of topic `t`.
-    public func storedNotification(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
+    package func storedNotification(_ event: NotificationMinter.SubscriptionEvent, offset: Int64) async throws -> StoredNotification {
         let signed = minter.signedNotification(event)
         return StoredNotification(
             verified: try await verifier.verifyNotification(signed), signedPayload: signed, kafkaTopic: "t", kafkaPartition: 0, kafkaOffset: offset,
@@ -12,5 +12,5 @@ extension MintedSuite {
     }
 
     /// The erasure key of the erasure suites (a test secret, not a deployment's).
-    public var erasureKey: ErasureKey { try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key") }
+    package var erasureKey: ErasureKey { try! ErasureKey(secret: String(repeating: "k", count: 40) + "erasure-test-key") }
 }

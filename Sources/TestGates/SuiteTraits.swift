@@ -7,30 +7,30 @@ import Testing
 /// up), and in CI always, so a missing service fails the suite there instead of skipping it.
 extension Trait where Self == ConditionTrait {
     /// A Kafka-protocol broker (`KAFKA_BOOTSTRAP_SERVERS`).
-    public static var requiresKafka: Self { .enabled(if: TestServices.runKafkaSuites, Comment(rawValue: TestServices.missingKafka)) }
+    package static var requiresKafka: Self { .enabled(if: TestServices.runKafkaSuites, Comment(rawValue: TestServices.missingKafka)) }
     /// A PostgreSQL server (`POSTGRES_URL`).
-    public static var requiresPostgres: Self { .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)) }
+    package static var requiresPostgres: Self { .enabled(if: TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingPostgres)) }
     /// Both.
-    public static var requiresKafkaAndPostgres: Self {
+    package static var requiresKafkaAndPostgres: Self {
         .enabled(if: TestServices.runKafkaSuites && TestServices.runPostgresSuites, Comment(rawValue: TestServices.missingKafka + "; " + TestServices.missingPostgres))
     }
 }
 
 /// The services a suite gated by one of the traits above runs against: reading one fails the test (in CI, where the
 /// gate is always open) with the variable to set.
-public enum RequiredServices {
-    public static var bootstrap: String {
+package enum RequiredServices {
+    package static var bootstrap: String {
         get throws { try #require(TestServices.kafkaBootstrapServers, Comment(rawValue: TestServices.missingKafka)) }
     }
-    public static var postgresURL: String {
+    package static var postgresURL: String {
         get throws { try #require(TestServices.postgresURL, Comment(rawValue: TestServices.missingPostgres)) }
     }
 }
 
 /// A process suite (Kafka and PostgreSQL): `bootstrap` and `postgresURL` without stored copies of its own.
-public protocol ProcessSuite {}
+package protocol ProcessSuite {}
 
 extension ProcessSuite {
-    public var bootstrap: String { get throws { try RequiredServices.bootstrap } }
-    public var postgresURL: String { get throws { try RequiredServices.postgresURL } }
+    package var bootstrap: String { get throws { try RequiredServices.bootstrap } }
+    package var postgresURL: String { get throws { try RequiredServices.postgresURL } }
 }

@@ -7,24 +7,24 @@ import ServiceRuntime
 import Tracing
 
 /// What one delivery attempt came to.
-public struct WebhookAttempt: Sendable, Hashable {
+package struct WebhookAttempt: Sendable, Hashable {
     /// The HTTP status, nil when no answer came (refused target, connection error, timeout).
-    public var status: Int?
+    package var status: Int?
     /// Why it failed without a status (escaped, bounded), or nil.
-    public var error: String?
-    public var latencyMilliseconds: Int
+    package var error: String?
+    package var latencyMilliseconds: Int
     /// At most `WebhookSender.excerptBytes` of the answer's body, as text.
-    public var responseExcerpt: String?
+    package var responseExcerpt: String?
     /// A 429's or 503's `Retry-After` (seconds or an HTTP date), as a delay from the answer.
-    public var retryAfter: Duration?
+    package var retryAfter: Duration?
     /// True when the attempt's deadline ended it (no answer, or an answer whose body did not end in time).
-    public var timedOut = false
+    package var timedOut = false
     /// The trace the attempt was made in (W3C trace id), when tracing is on.
-    public var traceId: String?
+    package var traceId: String?
     /// 2xx within the timeout.
-    public var succeeded: Bool { status.map { (200..<300).contains($0) } ?? false }
+    package var succeeded: Bool { status.map { (200..<300).contains($0) } ?? false }
 
-    public init(status: Int?, error: String?, latencyMilliseconds: Int, responseExcerpt: String?, retryAfter: Duration? = nil, timedOut: Bool = false) {
+    package init(status: Int?, error: String?, latencyMilliseconds: Int, responseExcerpt: String?, retryAfter: Duration? = nil, timedOut: Bool = false) {
         self.status = status
         self.error = error
         self.latencyMilliseconds = latencyMilliseconds
@@ -45,14 +45,14 @@ public struct WebhookAttempt: Sendable, Hashable {
 ///
 /// Each attempt has a client of its own, since the address it may connect to is the attempt's own; the client is
 /// shut down when the attempt ends, closing whatever the deadline cut.
-public final class WebhookSender: Sendable {
-    public static let excerptBytes = 65_536
+package final class WebhookSender: Sendable {
+    package static let excerptBytes = 65_536
     /// The headers every delivery carries (docs/webhooks.yaml lists each; the consistency test checks it).
-    public static let headerNames = ["webhook-id", "webhook-timestamp", "webhook-signature", "content-type"]
+    package static let headerNames = ["webhook-id", "webhook-timestamp", "webhook-signature", "content-type"]
     let timeout: Duration
     let allowPrivateTargets: Bool
 
-    public init(timeout: Duration, allowPrivateTargets: Bool) {
+    package init(timeout: Duration, allowPrivateTargets: Bool) {
         self.timeout = timeout
         self.allowPrivateTargets = allowPrivateTargets
     }
@@ -61,7 +61,7 @@ public final class WebhookSender: Sendable {
     /// plus the previous one during a rotation's overlap).
     /// With tracing on, the HTTP client adds the request's `traceparent` (a client span of the current context), so
     /// the receiver can continue the notification's trace.
-    public func deliver(url: String, allowHTTP: Bool, id: String, body: [UInt8], secrets: [String], now: Date = Date()) async -> WebhookAttempt {
+    package func deliver(url: String, allowHTTP: Bool, id: String, body: [UInt8], secrets: [String], now: Date = Date()) async -> WebhookAttempt {
         let started = ContinuousClock.now
         let deadline = started + timeout
         func elapsed() -> Int { Self.milliseconds(ContinuousClock.now - started) }
@@ -151,7 +151,7 @@ public final class WebhookSender: Sendable {
     }
 
     /// `Retry-After` as delay-seconds or an HTTP date (RFC 9110 §10.2.3); nil when it is neither.
-    public static func retryAfter(_ value: String, now: Date = Date()) -> Duration? {
+    package static func retryAfter(_ value: String, now: Date = Date()) -> Duration? {
         let text = value.trimmingCharacters(in: .whitespaces)
         if let seconds = Int64(text), seconds >= 0 { return .seconds(seconds) }
         let formatter = DateFormatter()

@@ -12,7 +12,7 @@ import Tracing
 extension WebhookEvent {
     /// An entitlement event as read from the events topic, with its structured CloudEvents body; nil for a
     /// record that is not one (it is skipped and counted).
-    public init?(record: KafkaConsumerMessage) {
+    package init?(record: KafkaConsumerMessage) {
         guard let structured = CloudEventRecord.structured(record), let id = structured["id"]?.stringValue, let type = structured["type"]?.stringValue,
             let time = structured["time"]?.stringValue.flatMap(Timestamp.init(rfc3339:))
         else { return nil }
@@ -28,14 +28,14 @@ extension WebhookEvent {
 /// What the webhooks service exports. Deliveries are counted by outcome only (every endpoint together); the
 /// oldest undelivered age is per endpoint id: endpoints are registered by an operator, a handful, so the label
 /// stays bounded.
-public struct WebhooksMetrics: Sendable {
+package struct WebhooksMetrics: Sendable {
     let registry: PrometheusCollectorRegistry
     /// `webhooks_events_total`: events read from the topic; `webhooks_deliveries_created_total`: deliveries they made.
     let eventsRead: Counter
     let deliveriesCreated: Counter
     let attemptDuration: DurationHistogram
 
-    public init(registry: PrometheusCollectorRegistry) {
+    package init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
         eventsRead = registry.makeCounter(descriptor: .init(metricName: "webhooks_events", unitName: "total", helpText: "Entitlement events read from the events topic"))
         deliveriesCreated = registry.makeCounter(
@@ -88,7 +88,7 @@ public struct WebhooksMetrics: Sendable {
 /// durable in PostgreSQL (a crash redelivers the batch; the deliveries' uniqueness makes that harmless).
 /// The endpoints are read for every batch, so one added now gets the events read from now on (older ones by
 /// `pipelinectl webhooks replay`).
-public struct WebhookIngester: Service {
+package struct WebhookIngester: Service {
     let consumer: KafkaConsumer
     /// Bounds each database step (`WEBHOOKS_STORE_TIMEOUT`).
     let storeTimeout: Duration
@@ -96,7 +96,7 @@ public struct WebhookIngester: Service {
     let metrics: WebhooksMetrics
     let logger: Logger
 
-    public func run() async throws {
+    package func run() async throws {
         try await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 let batch: [KafkaConsumerMessage]
@@ -140,7 +140,7 @@ public struct WebhookIngester: Service {
 /// endpoints, and other subscriptions of the same endpoint, go on. Within one (endpoint, subscription) only the
 /// oldest pending delivery is ever claimed, so a failing one holds back that subscription's later events, in
 /// sequence order, until it is delivered or dead.
-public struct WebhookDispatcher: Service {
+package struct WebhookDispatcher: Service {
     let configuration: WebhooksConfiguration
     let store: WebhookStore
     let sender: WebhookSender
@@ -149,7 +149,7 @@ public struct WebhookDispatcher: Service {
 
     enum Finished { case attempt, tick }
 
-    public func run() async throws {
+    package func run() async throws {
         // Long enough for an attempt and its recording; a process killed mid-attempt leaves the delivery to others
         // once it ends (the same id is sent again: at least once).
         let lease = configuration.timeout * 2 + .seconds(5)
@@ -243,13 +243,13 @@ public struct WebhookDispatcher: Service {
 
 /// Every few seconds: the oldest undelivered age and a disabled endpoint's waiting deliveries per endpoint into the gauges; every hour, pruning of finished
 /// deliveries older than `WEBHOOK_DELIVERY_RETENTION`.
-public struct WebhookMaintenance: Service {
+package struct WebhookMaintenance: Service {
     let configuration: WebhooksConfiguration
     let store: WebhookStore
     let metrics: WebhooksMetrics
     let logger: Logger
 
-    public func run() async throws {
+    package func run() async throws {
         await cancelWhenGracefulShutdown {
             var lastPrune = ContinuousClock.now - .seconds(3_600)
             var known: Set<String> = []

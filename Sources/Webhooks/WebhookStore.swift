@@ -5,26 +5,26 @@ import Logging
 import PostgresNIO
 
 /// A registered endpoint (`webhook_endpoints`).
-public struct WebhookEndpoint: Sendable, Hashable {
-    public var id: String
-    public var url: String
-    public var description: String?
+package struct WebhookEndpoint: Sendable, Hashable {
+    package var id: String
+    package var url: String
+    package var description: String?
     /// Empty: every app.
-    public var bundleIds: [String]
+    package var bundleIds: [String]
     /// Nil: both environments.
-    public var environment: String?
+    package var environment: String?
     /// Empty: every type.
-    public var eventTypes: [String]
-    public var allowHTTP: Bool
-    public var secret: String
-    public var previousSecret: String?
-    public var previousSecretUntil: Date?
-    public var enabled: Bool
-    public var disabledReason: String?
-    public var deadInARow: Int
-    public var createdAt: Date
+    package var eventTypes: [String]
+    package var allowHTTP: Bool
+    package var secret: String
+    package var previousSecret: String?
+    package var previousSecretUntil: Date?
+    package var enabled: Bool
+    package var disabledReason: String?
+    package var deadInARow: Int
+    package var createdAt: Date
 
-    public init(
+    package init(
         id: String, url: String, description: String?, bundleIds: [String], environment: String?, eventTypes: [String], allowHTTP: Bool, secret: String,
         previousSecret: String? = nil, previousSecretUntil: Date? = nil, enabled: Bool = true, disabledReason: String? = nil, deadInARow: Int = 0,
         createdAt: Date = Date()
@@ -46,35 +46,35 @@ public struct WebhookEndpoint: Sendable, Hashable {
     }
 
     /// Whether the endpoint wants `event` (its filters: apps, environment, types).
-    public func wants(_ event: WebhookEvent) -> Bool {
+    package func wants(_ event: WebhookEvent) -> Bool {
         (bundleIds.isEmpty || event.bundleId.map(bundleIds.contains) == true) && (environment == nil || event.environment == environment)
             && (eventTypes.isEmpty || eventTypes.contains(event.type))
     }
 
     /// The secrets that sign now: the current one, and the previous one while the rotation's overlap lasts.
-    public func signingSecrets(at now: Date = Date()) -> [String] {
+    package func signingSecrets(at now: Date = Date()) -> [String] {
         if let previousSecret, let until = previousSecretUntil, until > now { return [secret, previousSecret] }
         return [secret]
     }
 }
 
 /// One entitlement event as the webhooks service takes it from the events topic.
-public struct WebhookEvent: Sendable, Hashable {
-    public var id: String
-    public var type: String
-    public var subject: String
-    public var time: Date
-    public var bundleId: String?
-    public var environment: String?
-    public var partition: Int32
-    public var offset: Int64
+package struct WebhookEvent: Sendable, Hashable {
+    package var id: String
+    package var type: String
+    package var subject: String
+    package var time: Date
+    package var bundleId: String?
+    package var environment: String?
+    package var partition: Int32
+    package var offset: Int64
     /// The CloudEvents structured form (attributes and `data` in one object): what is POSTed.
-    public var body: String
+    package var body: String
     /// The event record's trace context (the relay's send span), when tracing was on: its deliveries' attempts
     /// continue that trace.
-    public var traceparent: String?
+    package var traceparent: String?
 
-    public init(id: String, type: String, subject: String, time: Date, bundleId: String?, environment: String?, partition: Int32, offset: Int64, body: String) {
+    package init(id: String, type: String, subject: String, time: Date, bundleId: String?, environment: String?, partition: Int32, offset: Int64, body: String) {
         self.id = id
         self.type = type
         self.subject = subject
@@ -88,40 +88,40 @@ public struct WebhookEvent: Sendable, Hashable {
 }
 
 /// A delivery claimed for an attempt, with what is needed to send it.
-public struct DueDelivery: Sendable, Hashable {
-    public var id: Int64
-    public var endpointId: String
-    public var eventId: String
-    public var body: String
-    public var attempts: Int
-    public var url: String
-    public var allowHTTP: Bool
-    public var secrets: [String]
+package struct DueDelivery: Sendable, Hashable {
+    package var id: Int64
+    package var endpointId: String
+    package var eventId: String
+    package var body: String
+    package var attempts: Int
+    package var url: String
+    package var allowHTTP: Bool
+    package var secrets: [String]
     /// The claim's token: the attempt's outcome is recorded only while the delivery still carries it (fencing), so
     /// an attempt that outlived its lease can neither move the row nor count twice.
-    public var leaseToken: UUID
+    package var leaseToken: UUID
     /// The event's trace context, when tracing was on.
-    public var traceparent: String?
+    package var traceparent: String?
 }
 
 /// A row of the delivery log, for `pipelinectl webhooks deliveries`.
-public struct DeliveryLogRow: Sendable, Hashable {
-    public var id: Int64
-    public var eventId: String
-    public var eventType: String
-    public var subject: String
-    public var status: String
-    public var attempts: Int
-    public var lastStatus: Int?
-    public var lastError: String?
-    public var lastLatencyMilliseconds: Int?
-    public var responseExcerpt: String?
-    public var createdAt: Date
-    public var nextAttemptAt: Date
+package struct DeliveryLogRow: Sendable, Hashable {
+    package var id: Int64
+    package var eventId: String
+    package var eventType: String
+    package var subject: String
+    package var status: String
+    package var attempts: Int
+    package var lastStatus: Int?
+    package var lastError: String?
+    package var lastLatencyMilliseconds: Int?
+    package var responseExcerpt: String?
+    package var createdAt: Date
+    package var nextAttemptAt: Date
 }
 
 /// What to do after an attempt.
-public enum DeliveryOutcome: Sendable, Hashable {
+package enum DeliveryOutcome: Sendable, Hashable {
     case delivered
     case retry(at: Date)
     /// 410 Gone (Standard Webhooks: the receiver asks never to be sent again): the endpoint is disabled at once with
@@ -132,7 +132,7 @@ public enum DeliveryOutcome: Sendable, Hashable {
     case dead(disableAfter: Int)
 
     /// The `outcome` label of `webhooks_attempts_total`.
-    public var label: String {
+    package var label: String {
         switch self {
         case .delivered: "delivered"
         case .retry: "retry"
@@ -143,15 +143,15 @@ public enum DeliveryOutcome: Sendable, Hashable {
 }
 
 /// The webhooks' tables: endpoints, deliveries (one per endpoint and event, in topic order) and attempts.
-public struct WebhookStore: Sendable {
+package struct WebhookStore: Sendable {
     let client: PostgresClient
     let logger: Logger
     /// `ERASURE_KEY_FILE`: events about an erased customer dated before the erasure make no delivery, even when
     /// their outbox row was pruned before the erasure (so `erased_events` never learnt their ids) and a replay or a
     /// rewind of the events topic reads them again. Required once erasures exist (`ErasureFailure.keyMissing`).
-    public let erasureKey: ErasureKey?
+    package let erasureKey: ErasureKey?
 
-    public init(client: PostgresClient, logger: Logger, erasureKey: ErasureKey? = nil) {
+    package init(client: PostgresClient, logger: Logger, erasureKey: ErasureKey? = nil) {
         self.client = client
         self.logger = logger
         self.erasureKey = erasureKey
@@ -164,7 +164,7 @@ public struct WebhookStore: Sendable {
         dead_in_a_row, created_at
         """
 
-    public func addEndpoint(_ endpoint: WebhookEndpoint) async throws {
+    package func addEndpoint(_ endpoint: WebhookEndpoint) async throws {
         try await client.query(
             """
             INSERT INTO webhook_endpoints (id, url, description, bundle_ids, environment, event_types, allow_http, secret)
@@ -174,11 +174,11 @@ public struct WebhookStore: Sendable {
             logger: logger)
     }
 
-    public func endpoints() async throws -> [WebhookEndpoint] {
+    package func endpoints() async throws -> [WebhookEndpoint] {
         try await selectEndpoints(PostgresQuery(unsafeSQL: "SELECT \(Self.endpointColumns) FROM webhook_endpoints ORDER BY created_at, id"))
     }
 
-    public func endpoint(id: String) async throws -> WebhookEndpoint? {
+    package func endpoint(id: String) async throws -> WebhookEndpoint? {
         var query = PostgresQuery(unsafeSQL: "SELECT \(Self.endpointColumns) FROM webhook_endpoints WHERE id = $1")
         query.binds.append(id)
         return try await selectEndpoints(query).first
@@ -199,7 +199,7 @@ public struct WebhookStore: Sendable {
     }
 
     /// Enables (clearing the reason and the run of dead deliveries) or disables an endpoint; false when none has `id`.
-    public func setEnabled(id: String, enabled: Bool, reason: String?) async throws -> Bool {
+    package func setEnabled(id: String, enabled: Bool, reason: String?) async throws -> Bool {
         let rows = try await client.query(
             """
             UPDATE webhook_endpoints SET enabled = \(enabled), disabled_reason = \(enabled ? nil : reason),
@@ -212,7 +212,7 @@ public struct WebhookStore: Sendable {
     }
 
     /// A new signing secret; the old one keeps signing until `overlapUntil`.
-    public func rotateSecret(id: String, newSecret: String, overlapUntil: Date) async throws -> Bool {
+    package func rotateSecret(id: String, newSecret: String, overlapUntil: Date) async throws -> Bool {
         let rows = try await client.query(
             """
             UPDATE webhook_endpoints SET previous_secret = secret, previous_secret_until = \(overlapUntil), secret = \(newSecret)
@@ -224,7 +224,7 @@ public struct WebhookStore: Sendable {
     }
 
     /// Removes an endpoint with its deliveries and their attempts.
-    public func removeEndpoint(id: String) async throws -> Bool {
+    package func removeEndpoint(id: String) async throws -> Bool {
         let rows = try await client.query("DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING id", logger: logger)
         for try await _ in rows.decode(String.self) { return true }
         return false
@@ -236,7 +236,7 @@ public struct WebhookStore: Sendable {
     /// wait for `enable` (only `remove` drops them); an event already taken for an endpoint (a redelivered batch)
     /// is left as it is. Returns how many were created.
     @discardableResult
-    public func enqueue(_ events: [WebhookEvent], endpoints: [WebhookEndpoint]) async throws -> Int {
+    package func enqueue(_ events: [WebhookEvent], endpoints: [WebhookEndpoint]) async throws -> Int {
         var rows: [JSONValue] = []
         for event in events {
             for endpoint in endpoints where endpoint.wants(event) {
@@ -291,7 +291,7 @@ public struct WebhookStore: Sendable {
     /// subscription) by topic position, for `lease` (a process killed mid-attempt leaves it to be claimed again
     /// once the lease ends). `SKIP LOCKED`: several webhooks processes claim disjoint deliveries. Since only a
     /// chain's head is ever claimed, a subscription's deliveries to one endpoint are attempted one at a time, in order.
-    public func claimDue(limit: Int, lease: Duration, perEndpoint: Int) async throws -> [DueDelivery] {
+    package func claimDue(limit: Int, lease: Duration, perEndpoint: Int) async throws -> [DueDelivery] {
         let leaseSeconds = Double(lease.components.seconds) + Double(lease.components.attoseconds) / 1e18
         // Candidates: chain heads that are due, ranked per endpoint, so that with what the endpoint already has
         // in flight (leased, any process) it never gets more than `perEndpoint`. The locking SELECT repeats the
@@ -351,7 +351,7 @@ public struct WebhookStore: Sendable {
     /// counts twice. A dead delivery counts toward disabling its endpoint, a delivered one ends the endpoint's run
     /// of dead ones, a 410 disables the endpoint at once.
     @discardableResult
-    public func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws -> Bool {
+    package func record(_ attempt: WebhookAttempt, of delivery: DueDelivery, outcome: DeliveryOutcome) async throws -> Bool {
         let error = attempt.error.map { UntrustedText.escaped($0, limit: 300) }
         let excerpt = attempt.responseExcerpt.map { UntrustedText.escaped($0, limit: 2_000) }
         return try await client.withTransaction(logger: logger) { connection in
@@ -407,7 +407,7 @@ public struct WebhookStore: Sendable {
     /// Makes `events` pending again for `endpoint` (replay): the same ids, delivered again in topic order, whatever
     /// their earlier outcome, each with the whole retry schedule ahead of it (attempts back to 0). The caller picks
     /// only events the endpoint's filters want. Returns how many.
-    public func replay(_ events: [WebhookEvent], endpoint: WebhookEndpoint) async throws -> Int {
+    package func replay(_ events: [WebhookEvent], endpoint: WebhookEndpoint) async throws -> Int {
         guard !events.isEmpty else { return 0 }
         try await enqueue(events, endpoints: [endpoint])
         let rows = try await client.query(
@@ -422,7 +422,7 @@ public struct WebhookStore: Sendable {
     }
 
     /// The delivery log of an endpoint, newest first.
-    public func deliveries(endpointId: String, failedOnly: Bool, limit: Int) async throws -> [DeliveryLogRow] {
+    package func deliveries(endpointId: String, failedOnly: Bool, limit: Int) async throws -> [DeliveryLogRow] {
         let rows = try await client.query(
             """
             SELECT id, event_id, event_type, subject, status, attempts, last_status, last_error, last_latency_ms, response_excerpt, created_at, next_attempt_at
@@ -443,16 +443,16 @@ public struct WebhookStore: Sendable {
     }
 
     /// What the backlog gauges show of one endpoint.
-    public struct Backlog: Sendable, Hashable {
+    package struct Backlog: Sendable, Hashable {
         /// The age in seconds of its oldest undelivered (pending) delivery; 0 when none waits.
-        public var oldestAge: Double
+        package var oldestAge: Double
         /// How many deliveries wait.
-        public var waiting: Int
-        public var enabled: Bool
+        package var waiting: Int
+        package var enabled: Bool
     }
 
     /// Every endpoint's backlog, disabled ones included (their deliveries wait for `enable`).
-    public func backlogs() async throws -> [String: Backlog] {
+    package func backlogs() async throws -> [String: Backlog] {
         let rows = try await client.query(
             """
             SELECT e.id, coalesce(extract(epoch FROM now() - min(d.created_at)), 0)::float8, count(d.id)::int8, e.enabled
@@ -468,7 +468,7 @@ public struct WebhookStore: Sendable {
     }
 
     /// Deletes finished deliveries (and their attempts) older than `retention`. Returns how many.
-    public func prune(olderThan retention: Duration) async throws -> Int {
+    package func prune(olderThan retention: Duration) async throws -> Int {
         let rows = try await client.query(
             "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < now() - make_interval(secs => \(Double(retention.components.seconds))) RETURNING id",
             logger: logger)

@@ -8,22 +8,22 @@ import Glibc
 #endif
 
 /// Why a webhook URL is refused: at `pipelinectl webhooks add` and again before every delivery.
-public struct WebhookTargetError: Error, Sendable, Hashable, CustomStringConvertible {
-    public var code: String
-    public var reason: String
-    public var description: String { "\(code): \(reason)" }
+package struct WebhookTargetError: Error, Sendable, Hashable, CustomStringConvertible {
+    package var code: String
+    package var reason: String
+    package var description: String { "\(code): \(reason)" }
 }
 
 /// Where a webhook may be sent. No SSRF into the operator's network: only `https` unless the endpoint was added
 /// with `--allow-http`; every address the host name resolves to must be public unless
 /// `WEBHOOKS_ALLOW_PRIVATE_TARGETS` is true (a name that resolves to 127.0.0.1 is refused like the address
 /// itself). Checked after DNS resolution at every delivery; redirects are never followed.
-public struct WebhookTarget: Sendable {
-    public var url: URL
-    public var host: String
+package struct WebhookTarget: Sendable {
+    package var url: URL
+    package var host: String
 
     /// Parses and checks `text` (scheme, host, no credentials), without resolving it.
-    public static func parse(_ text: String, allowHTTP: Bool) throws(WebhookTargetError) -> WebhookTarget {
+    package static func parse(_ text: String, allowHTTP: Bool) throws(WebhookTargetError) -> WebhookTarget {
         guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
             throw WebhookTargetError(code: "invalid_url", reason: "\(UntrustedText.quoted(text, limit: 200)) is not an absolute http(s) URL with a host")
         }
@@ -42,21 +42,21 @@ public struct WebhookTarget: Sendable {
     /// `WEBHOOKS_ALLOW_PRIVATE_TARGETS` (tests, local compose); `special` never (link-local with the cloud metadata
     /// address, NAT64 and 6to4 that reach IPv4 networks behind a translator, site-local, documentation, multicast,
     /// and the other special-purpose ranges of IANA's registries).
-    public enum AddressClass: String, Sendable, Hashable {
+    package enum AddressClass: String, Sendable, Hashable {
         case `public`, privateNetwork, special
     }
 
     /// One address the host resolved to, with its class: the one a delivery connects to is one of these, never a
     /// second resolution's answer (DNS rebinding).
-    public struct ResolvedAddress: Sendable, Hashable {
-        public var text: String
-        public var addressClass: AddressClass
+    package struct ResolvedAddress: Sendable, Hashable {
+        package var text: String
+        package var addressClass: AddressClass
     }
 
     /// Resolves the host (getaddrinfo on NIO's blocking pool, never the cooperative pool; abandoned at `deadline`)
     /// and refuses it when any address is not deliverable: a name with one private address among public ones is
     /// refused too. Returns the addresses, the first to connect to.
-    public func checkAddresses(allowPrivate: Bool, deadline: ContinuousClock.Instant = .now + .seconds(10)) async throws(WebhookTargetError) -> [ResolvedAddress] {
+    package func checkAddresses(allowPrivate: Bool, deadline: ContinuousClock.Instant = .now + .seconds(10)) async throws(WebhookTargetError) -> [ResolvedAddress] {
         let host = self.host
         let resolved: Result<[ResolvedAddress], WebhookTargetError>
         if let literal = Self.literal(host) {
@@ -72,7 +72,7 @@ public struct WebhookTarget: Sendable {
                 reason: "\(UntrustedText.quoted(host, limit: 100)) \(Self.literal(host) == nil ? "resolves to" : "is") \(address.text), "
                     + (address.addressClass == .special
                         ? "a special-purpose address (IANA registry) that is never delivered to"
-                        : "which is not a public address (WEBHOOKS_ALLOW_PRIVATE_TARGETS=true allows it)"))
+                        : "which is not a package address (WEBHOOKS_ALLOW_PRIVATE_TARGETS=true allows it)"))
         }
         return addresses
     }
@@ -143,7 +143,7 @@ public struct WebhookTarget: Sendable {
     /// address space (100.64/10) and benchmarking (198.18/15) are `privateNetwork`; "this network", link-local
     /// (169.254/16, the cloud metadata service), IETF protocol assignments (192.0.0/24), the documentation
     /// networks, AS112, AMT, the 6to4 relay anycast, multicast and the reserved 240/4 are `special`.
-    public static func classify(ipv4 b: [UInt8]) -> AddressClass {
+    package static func classify(ipv4 b: [UInt8]) -> AddressClass {
         guard b.count == 4 else { return .special }
         switch (b[0], b[1], b[2]) {
         case (10, _, _), (127, _, _), (192, 168, _), (100, 64...127, _), (172, 16...31, _), (198, 18...19, _): return .privateNetwork
@@ -159,7 +159,7 @@ public struct WebhookTarget: Sendable {
     /// IETF protocol assignments (2001::/23, Teredo among them), documentation (2001:db8::/32, 3fff::/20), 6to4
     /// (2002::/16), SRv6 SIDs (5f00::/16), link-local (fe80::/10), site-local (fec0::/10) and multicast (ff00::/8)
     /// are `special`; IPv4-mapped (::ffff:0:0/96) is its IPv4 address's class.
-    public static func classify(ipv6 b: [UInt8]) -> AddressClass {
+    package static func classify(ipv6 b: [UInt8]) -> AddressClass {
         guard b.count == 16 else { return .special }
         let word = { (i: Int) -> UInt16 in UInt16(b[2 * i]) << 8 | UInt16(b[2 * i + 1]) }
         if b[0..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xff && b[11] == 0xff { return classify(ipv4: Array(b[12..<16])) }
@@ -178,10 +178,10 @@ public struct WebhookTarget: Sendable {
     }
 
     /// Whether deliveries may go to this IPv4 address without `WEBHOOKS_ALLOW_PRIVATE_TARGETS`.
-    public static func isPublic(ipv4 b: [UInt8]) -> Bool { classify(ipv4: b) == .public }
+    package static func isPublic(ipv4 b: [UInt8]) -> Bool { classify(ipv4: b) == .public }
 
     /// Whether deliveries may go to this IPv6 address without `WEBHOOKS_ALLOW_PRIVATE_TARGETS`.
-    public static func isPublic(ipv6 b: [UInt8]) -> Bool { classify(ipv6: b) == .public }
+    package static func isPublic(ipv6 b: [UInt8]) -> Bool { classify(ipv6: b) == .public }
 
     /// The compressed text form (RFC 5952), as inet_ntop writes it.
     static func ipv6Text(_ b: [UInt8]) -> String {

@@ -11,15 +11,15 @@ import ServiceLifecycle
 /// The webhooks process's services, in start order (a ServiceGroup stops them in reverse: the ops server, the
 /// maintenance loop, the dispatcher finishes its attempts in flight, the ingester stops polling, the consumer
 /// commits and leaves the group, the database pool closes).
-public struct WebhooksServices: Sendable {
-    public let services: [any Service]
+package struct WebhooksServices: Sendable {
+    package let services: [any Service]
 }
 
 /// Builds the webhooks service: the PostgreSQL pool, a consumer of the events topic in `WEBHOOKS_GROUP_ID`, the
 /// ingester (events → deliveries), the dispatcher (deliveries → signed POSTs), maintenance (gauges, pruning) and
 /// the ops server (`/health/live`, `/health/ready`: PostgreSQL with the schema current and a broker reachable,
 /// `/metrics`).
-public func buildWebhooksServices(
+package func buildWebhooksServices(
     configuration: WebhooksConfiguration,
     registry: PrometheusCollectorRegistry,
     logger: Logger,

@@ -8,52 +8,52 @@ import PostgresNIO
 import SharedSettings
 
 /// Everything the webhooks service (and `pipelinectl webhooks`) is configured with, from the environment.
-public struct WebhooksConfiguration: Sendable {
-    public var kafka: KafkaClientConfigurationValues
+package struct WebhooksConfiguration: Sendable {
+    package var kafka: KafkaClientConfigurationValues
     /// `EVENTS_TOPIC`: the entitlement events the service delivers.
-    public var eventsTopic = EventsConfiguration().topic
+    package var eventsTopic = EventsConfiguration().topic
     /// `WEBHOOKS_GROUP_ID`: the consumer group of every webhooks process (they share the partitions).
-    public var groupId = "webhooks"
+    package var groupId = "webhooks"
     /// `WEBHOOKS_OPS_HOST` / `WEBHOOKS_OPS_PORT`: `/health/live`, `/health/ready`, `/metrics`.
-    public var opsHost = "0.0.0.0"
-    public var opsPort = 8084
+    package var opsHost = "0.0.0.0"
+    package var opsPort = 8084
     /// `WEBHOOK_TIMEOUT`: a 2xx within this is a success; anything else, or nothing, a failure.
-    public var timeout: Duration = .seconds(10)
+    package var timeout: Duration = .seconds(10)
     /// `WEBHOOKS_ALLOW_PRIVATE_TARGETS`: deliver to loopback and private addresses (local compose, tests).
-    public var allowPrivateTargets = false
+    package var allowPrivateTargets = false
     /// `WEBHOOK_RETRY_SCHEDULE`: the delay before each retry; after the last, the delivery is dead.
-    public var retrySchedule: [Duration] = WebhooksConfiguration.defaultRetrySchedule
+    package var retrySchedule: [Duration] = WebhooksConfiguration.defaultRetrySchedule
     /// `WEBHOOK_DISABLE_AFTER_FAILURES`: an endpoint is disabled after this many dead deliveries in a row.
-    public var disableAfterFailures = 5
+    package var disableAfterFailures = 5
     /// `WEBHOOK_SECRET_ROTATION_OVERLAP`: how long the old secret keeps signing after `rotate-secret`.
-    public var secretRotationOverlap: Duration = .seconds(24 * 3600)
+    package var secretRotationOverlap: Duration = .seconds(24 * 3600)
     /// `WEBHOOK_DELIVERY_RETENTION`: finished deliveries (and their attempts) are pruned after this.
-    public var deliveryRetention: Duration = .seconds(30 * 86_400)
+    package var deliveryRetention: Duration = .seconds(30 * 86_400)
     /// `WEBHOOKS_CONCURRENCY`: deliveries in flight per process (different subscriptions or endpoints).
-    public var concurrency = 16
+    package var concurrency = 16
     /// `WEBHOOKS_MAX_IN_FLIGHT_PER_ENDPOINT`: deliveries one endpoint may have in flight across every process, so a
     /// slow endpoint cannot take every slot.
-    public var maximumInFlightPerEndpoint = 8
+    package var maximumInFlightPerEndpoint = 8
     /// `WEBHOOKS_POLL_INTERVAL`: how often a process looks for due deliveries when it found none.
-    public var pollInterval: Duration = .milliseconds(200)
+    package var pollInterval: Duration = .milliseconds(200)
     /// `WEBHOOKS_STORE_TIMEOUT`: the longest a database step (claim, record, enqueue) may take. A query on a
     /// connection the server dropped (an immediate PostgreSQL restart) can otherwise wait for good, and the loop
     /// awaiting it would stop delivering (seen in a chaos run: claims stopped after a restart, silently).
-    public var storeTimeout: Duration = .seconds(15)
+    package var storeTimeout: Duration = .seconds(15)
     /// `POSTGRES_URL`, `POSTGRES_POOL_SIZE`.
-    public var postgresURL = ""
-    public var postgresPoolSize = 8
+    package var postgresURL = ""
+    package var postgresPoolSize = 8
     /// `ERASURE_KEY_FILE` / `ERASURE_KEY`: the workers' erasure key, so an erased customer's events read again from the
     /// topic make no delivery (docs/privacy.md). Needed once erasures exist.
-    public var erasureKey: ErasureKey?
+    package var erasureKey: ErasureKey?
 
     /// 5 s, 5 min, 30 min, 2 h, 5 h, then 10 h five times and 14 h: about three days (71.6 h) in all, like the
     /// hosted services' schedules, each delay with ±20 % jitter.
-    public static let defaultRetrySchedule: [Duration] = ["5s", "5m", "30m", "2h", "5h", "10h", "10h", "10h", "10h", "10h", "14h"].map {
+    package static let defaultRetrySchedule: [Duration] = ["5s", "5m", "30m", "2h", "5h", "10h", "10h", "10h", "10h", "10h", "14h"].map {
         .milliseconds(DurationText.milliseconds($0)!)
     }
 
-    public init(kafka: KafkaClientConfigurationValues) {
+    package init(kafka: KafkaClientConfigurationValues) {
         self.kafka = kafka
     }
 
@@ -107,12 +107,12 @@ public struct WebhooksConfiguration: Sendable {
     }
 
     /// The webhooks service's own settings, for `--help`, the docs and `pipelinectl settings webhooks`.
-    public static var catalog: SettingsCatalog { Settings.catalog }
+    package static var catalog: SettingsCatalog { Settings.catalog }
 
-    public static let environmentKeys = Settings.catalog.environmentKeys
+    package static let environmentKeys = Settings.catalog.environmentKeys
         + ["EVENTS_TOPIC", "POSTGRES_URL", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY"] + KafkaEnvironment.keys
 
-    public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
+    package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
         var configuration = try toolSettings(environment, kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-webhooks"))
         configuration.eventsTopic = environment.string("EVENTS_TOPIC", default: configuration.eventsTopic)
         configuration.groupId = try Settings.groupId.read(environment)
@@ -133,7 +133,7 @@ public struct WebhooksConfiguration: Sendable {
 
     /// What `pipelinectl webhooks` reads (it needs no broker for most commands): the private-target rule, the
     /// rotation overlap and the timeout, with the service's defaults.
-    public static func toolSettings(
+    package static func toolSettings(
         _ environment: EnvironmentReader, kafka: KafkaClientConfigurationValues = KafkaClientConfigurationValues(bootstrapServers: [], clientId: "pipelinectl")
     ) throws(ConfigurationError) -> WebhooksConfiguration {
         var configuration = WebhooksConfiguration(kafka: kafka)
@@ -144,7 +144,7 @@ public struct WebhooksConfiguration: Sendable {
     }
 
     /// The delay before retry number `attempt` (1-based) with ±20 % jitter, or nil when the schedule is exhausted.
-    public func retryDelay(afterAttempt attempt: Int) -> Duration? {
+    package func retryDelay(afterAttempt attempt: Int) -> Duration? {
         guard attempt >= 1, attempt <= retrySchedule.count else { return nil }
         return retrySchedule[attempt - 1] * Double.random(in: 0.8...1.2)
     }
@@ -152,7 +152,7 @@ public struct WebhooksConfiguration: Sendable {
     /// What an attempt's answer leads to: a 2xx is delivered; 410 Gone disables the endpoint at once; any other
     /// failure is retried on the schedule (a 429's or 503's `Retry-After` replaces the step's delay, bounded by the
     /// schedule's longest step) until the schedule is exhausted, then dead.
-    public func outcome(of attempt: WebhookAttempt, attempts before: Int, now: Date = Date()) -> DeliveryOutcome {
+    package func outcome(of attempt: WebhookAttempt, attempts before: Int, now: Date = Date()) -> DeliveryOutcome {
         if attempt.succeeded { return .delivered }
         if attempt.status == 410 { return .gone(reason: "the receiver answered 410 Gone: it asks not to be sent anything more (enable to deliver again)") }
         guard var delay = retryDelay(afterAttempt: before + 1) else { return .dead(disableAfter: disableAfterFailures) }
@@ -160,18 +160,18 @@ public struct WebhooksConfiguration: Sendable {
         return .retry(at: now.addingTimeInterval(Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18))
     }
 
-    public var consumerConfiguration: KafkaConsumerConfiguration {
+    package var consumerConfiguration: KafkaConsumerConfiguration {
         KafkaConsumerConfiguration(client: kafka.clientConfiguration, groupId: groupId)
     }
 
-    public func postgresConfiguration() throws -> PostgresClient.Configuration {
+    package func postgresConfiguration() throws -> PostgresClient.Configuration {
         var configuration = try PostgresClient.Configuration(url: postgresURL)
         configuration.options.maximumConnections = postgresPoolSize
         return configuration
     }
 
     /// `webhooks --help`.
-    public static let help = """
+    package static let help = """
         webhooks: delivers entitlement events to registered HTTP endpoints (Standard Webhooks). Configured by the environment
         (durations as 500ms, 10s, 5m). Its own settings:
         \(Settings.catalog.helpLines)
