@@ -12,6 +12,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from swift_sources import imports as swift_imports  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = os.path.join(ROOT, "Sources")
 TESTS = os.path.join(ROOT, "Tests")
@@ -95,9 +98,8 @@ def main():
             text = open(path, encoding="utf-8").read()
             body = strip_comments_and_strings(text)
             words = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"^\s*(?:@testable\s+|@_spi\(\w+\)\s+)?(?:public\s+|package\s+)?import\s+\w+", "", body, flags=re.M)))
-            for match in re.finditer(r"^\s*(@testable\s+)?(?:public\s+|package\s+)?import\s+(\w+)\s*$", text, re.M):
-                module = match.group(2)
-                names = (testable if match.group(1) else symbols).get(module)
+            for is_testable, module in swift_imports(text):
+                names = (testable if is_testable else symbols).get(module)
                 if names is None or "<operator>" in names:
                     continue
                 if not (names & words):

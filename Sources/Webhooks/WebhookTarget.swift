@@ -72,7 +72,7 @@ package struct WebhookTarget: Sendable {
                 reason: "\(UntrustedText.quoted(host, limit: 100)) \(Self.literal(host) == nil ? "resolves to" : "is") \(address.text), "
                     + (address.addressClass == .special
                         ? "a special-purpose address (IANA registry) that is never delivered to"
-                        : "which is not a package address (WEBHOOKS_ALLOW_PRIVATE_TARGETS=true allows it)"))
+                        : "which is not a public address (WEBHOOKS_ALLOW_PRIVATE_TARGETS=true allows it)"))
         }
         return addresses
     }

@@ -46,7 +46,9 @@ struct ArchitectureTests {
         // A copy of what the scripts read (Sources, Tests, docs/architecture.md, the scripts), with one file changed.
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("architecture-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: copy) }
-        for item in ["Sources", "Tests", "docs/architecture.md", "scripts/architecture.py", "scripts/check-imports.py"] {
+        for item in [
+            "Sources", "Tests", "docs/architecture.md", "scripts/architecture.py", "scripts/check-imports.py", "scripts/swift_sources.py",
+        ] {
             let target = copy.appendingPathComponent(item)
             try FileManager.default.createDirectory(at: target.deletingLastPathComponent(), withIntermediateDirectories: true)
             try FileManager.default.copyItem(at: repositoryRoot.appendingPathComponent(item), to: target)
