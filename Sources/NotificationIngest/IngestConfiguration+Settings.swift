@@ -27,8 +27,7 @@ extension IngestConfiguration {
         static let shutdownDrain = Setting.duration(
             "INGEST_SHUTDOWN_DRAIN", default: .seconds(5), range: .zero ... .seconds(120), deprecatedMilliseconds: "INGEST_SHUTDOWN_DRAIN_MS",
             "after SIGTERM, readiness fails this long while requests are still served (keep it, plus the produce timeout, below the grace period)")
-        static let logLevel = SettingDescription(
-            variable: "LOG_LEVEL", summary: "trace, debug, info, notice, warning, error or critical", defaultText: "info")
+        static let logLevel = SettingDescription.logLevel
 
         static let catalog = SettingsCatalog(component: "ingest", settings: [
             host.description, port.description, path.description, environmentPaths, maximumBodyBytes.description, topic.description,

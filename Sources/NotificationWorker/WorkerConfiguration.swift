@@ -68,8 +68,8 @@ package struct WorkerConfiguration: Sendable {
             "WORKER_STORE_TIMEOUT", default: .seconds(30), range: .milliseconds(500) ... .seconds(600), deprecatedMilliseconds: "WORKER_STORE_TIMEOUT_MS",
             "longest a batch's transaction may take before it counts as a transient failure and is retried (migrations get 4×)")
         static let migrate = Setting.bool("WORKER_MIGRATE", default: true, "apply pending migrations at start, under the advisory lock")
-        static let opsHost = Setting.string("WORKER_OPS_HOST", default: "0.0.0.0", "where `/health/live`, `/health/ready` and `/metrics` are served")
-        static let opsPort = Setting.int("WORKER_OPS_PORT", default: 8081, range: 0...65535, "the ops port")
+        static let ops = OpsListenerSettings(prefix: "WORKER", port: 8081)
+        static let (opsHost, opsPort) = (ops.host, ops.port)
         static let healInterval = Setting.duration(
             "HEAL_INTERVAL", default: .seconds(10), range: .milliseconds(100) ... .seconds(3_600), deprecatedMilliseconds: "HEAL_INTERVAL_MS",
             "how often a worker looks for rows that contradict Apple (with `APPSTORE_*` set)")

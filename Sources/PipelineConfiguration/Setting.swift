@@ -121,6 +121,25 @@ public struct SettingsCatalog: Sendable {
     }
 }
 
+extension SettingDescription {
+    /// `LOG_LEVEL`, read by every service at start (`ServiceProcess`).
+    public static let logLevel = SettingDescription(
+        variable: "LOG_LEVEL", summary: "trace, debug, info, notice, warning, error or critical; payloads are never logged, only codes, reasons and Kafka coordinates",
+        defaultText: "info")
+}
+
+/// Where a service without clients of its own (the worker, the webhooks service) serves `/health/live`,
+/// `/health/ready` and `/metrics`: `<PREFIX>_OPS_HOST` and `<PREFIX>_OPS_PORT`.
+public struct OpsListenerSettings: Sendable {
+    public let host: Setting<String>
+    public let port: Setting<Int>
+
+    public init(prefix: String, port defaultPort: Int) {
+        host = .string("\(prefix)_OPS_HOST", default: "0.0.0.0", "where `/health/live`, `/health/ready` and `/metrics` are served")
+        port = .int("\(prefix)_OPS_PORT", default: defaultPort, range: 0...65535, "the ops port")
+    }
+}
+
 /// What every HTTP service that faces clients reads alike (ingest, the customer API, the console): where it
 /// listens and the deadlines of its connection guard, `<PREFIX>_HOST`, `<PREFIX>_PORT`, `<PREFIX>_REQUEST_TIMEOUT`
 /// and `<PREFIX>_IDLE_TIMEOUT`. Described once here, so the three services mean the same by each.

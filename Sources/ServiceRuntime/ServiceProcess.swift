@@ -35,7 +35,7 @@ public enum ServiceProcess {
         // Inside a span, every line carries its trace_id and span_id (only when tracing is on: no cost otherwise).
         LoggingSystem.bootstrap(StreamLogHandler.standardError, metadataProvider: PipelineTracing.isEnabled() ? PipelineTracing.metadataProvider : nil)
         var logger = Logger(label: "appstore-\(name)")
-        logger.logLevel = Logger.Level(rawValue: EnvironmentReader().string("LOG_LEVEL", default: "info")) ?? .info
+        logger.logLevel = Logger.Level(rawValue: EnvironmentReader().string(SettingDescription.logLevel.variable, default: "info")) ?? .info
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         var built: Built

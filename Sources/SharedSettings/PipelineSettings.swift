@@ -81,9 +81,7 @@ public struct PipelineSettings: Sendable {
             variable: "ERASURE_KEY", summary: "the erasure key itself, when no file is given (a file stays out of process listings)", defaultText: nil)
         static let consentRescindedErases = Setting.bool(
             "CONSENT_RESCINDED_ERASES", default: false, "a RESCIND_CONSENT erases what its app transaction links to (needs the erasure key)")
-        static let logLevel = SettingDescription(
-            variable: "LOG_LEVEL", summary: "trace, debug, info, notice, warning, error or critical; payloads are never logged, only codes, reasons and Kafka coordinates",
-            defaultText: "info")
+        static let logLevel = SettingDescription.logLevel
 
         static let catalog = SettingsCatalog(component: "shared", settings: [
             topic.description, deadLetterTopic, postgresURL.description, postgresPoolSize.description, apps.description, trustedRoots.description,

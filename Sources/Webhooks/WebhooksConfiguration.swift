@@ -61,8 +61,8 @@ package struct WebhooksConfiguration: Sendable {
     /// docs/webhooks.md's table read these (`pipelinectl webhooks` reads three of them too).
     enum Settings {
         static let groupId = Setting.string("WEBHOOKS_GROUP_ID", default: "webhooks", "the consumer group every webhooks process joins (they share the partitions)")
-        static let opsHost = Setting.string("WEBHOOKS_OPS_HOST", default: "0.0.0.0", "where `/health/live`, `/health/ready` and `/metrics` are served")
-        static let opsPort = Setting.int("WEBHOOKS_OPS_PORT", default: 8084, range: 0...65535, "the ops port")
+        static let ops = OpsListenerSettings(prefix: "WEBHOOKS", port: 8084)
+        static let (opsHost, opsPort) = (ops.host, ops.port)
         static let timeout = Setting.duration(
             "WEBHOOK_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "WEBHOOK_TIMEOUT_MS",
             "a 2xx within this is a success; anything else, or nothing, a failure")
@@ -110,7 +110,7 @@ package struct WebhooksConfiguration: Sendable {
     package static var catalog: SettingsCatalog { Settings.catalog }
 
     package static let environmentKeys = Settings.catalog.environmentKeys
-        + ["EVENTS_TOPIC", "POSTGRES_URL", "LOG_LEVEL", "ERASURE_KEY_FILE", "ERASURE_KEY"] + KafkaEnvironment.keys
+        + ["EVENTS_TOPIC", "POSTGRES_URL", SettingDescription.logLevel.variable, "ERASURE_KEY_FILE", "ERASURE_KEY"] + KafkaEnvironment.keys
 
     package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> WebhooksConfiguration {
         var configuration = try toolSettings(environment, kafka: try KafkaEnvironment.client(environment, defaultClientId: "appstore-webhooks"))
