@@ -33,10 +33,6 @@ package let testLogger: Logger = {
     return logger
 }()
 
-package func requireKafka() throws -> String {
-    try RequiredServices.bootstrap
-}
-
 /// Creates a topic with `partitions` partitions and waits until its metadata shows them.
 package func makeTopic(_ bootstrap: String, partitions: Int32, name: String = TestServices.uniqueName("topic")) async throws -> String {
     let admin = try KafkaAdminClient(configuration: KafkaClientConfiguration(bootstrapServers: [bootstrap]), logger: testLogger)
@@ -100,7 +96,7 @@ package struct FreshTopicTrait: TestTrait, SuiteTrait, TestScoping {
     }
 
     package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
-        let bootstrap = try requireKafka()
+        let bootstrap = try RequiredServices.bootstrap
         let topic = TestTopic(bootstrap: bootstrap, name: try await makeTopic(bootstrap, partitions: partitions), group: TestServices.uniqueName("group"))
         try await TestTopic.$current.withValue(topic) { try await function() }
     }

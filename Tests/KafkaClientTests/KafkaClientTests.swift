@@ -134,7 +134,7 @@ struct KafkaClientTests {
 
     @Test("sendAndAwait fails retriably within its timeout while the broker is down, and works again after")
     func brokerDown() async throws {
-        _ = try requireKafka()
+        _ = try RequiredServices.bootstrap
         // A broker that keeps its state across the kill, like a real cluster (s3 storage on a loopback object store).
         let broker = try #require(PrivateKafkaBroker(persistent: true), "PIPELINE_TANSU_BIN/PIPELINE_OBJECT_STORE_BIN not set (scripts/services.sh env)")
         try await broker.start()

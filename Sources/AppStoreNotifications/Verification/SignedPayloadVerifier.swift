@@ -225,10 +225,11 @@ public final class SignedPayloadVerifier: Sendable {
         return ParsedJWS(x5c: x5c, payload: payload, signature: signature, digest: hasher.finalize())
     }
 
-    /// `bytes` as a strict JSON object (`StrictJSONParser`), or `failure` with the parser's reason.
-    func strictObject(_ bytes: [UInt8], or failure: (String) -> VerificationError) throws(VerificationError) -> JSONObject {
+    /// `bytes` as a strict JSON object read by `parser` (the verifier's own unless another is given), or `failure`
+    /// with the parser's reason.
+    func strictObject(_ bytes: [UInt8], parser: StrictJSONParser? = nil, or failure: (String) -> VerificationError) throws(VerificationError) -> JSONObject {
         do {
-            return try parser.parseObject(bytes)
+            return try (parser ?? self.parser).parseObject(bytes)
         } catch {
             throw failure("\(error)")
         }
@@ -237,11 +238,7 @@ public final class SignedPayloadVerifier: Sendable {
     /// One of our own records (a status snapshot, a purchase): a strict JSON object at most 8 levels deep, or
     /// `malformedPayload` naming `what` it should have been.
     func recordObject(_ value: [UInt8], _ what: String) throws(VerificationError) -> JSONObject {
-        do {
-            return try StrictJSONParser(maximumDepth: 8).parseObject(value)
-        } catch {
-            throw .malformedPayload("\(what) is not a JSON object: \(error)")
-        }
+        try strictObject(value, parser: StrictJSONParser(maximumDepth: 8)) { .malformedPayload("\(what) is not a JSON object: \($0)") }
     }
 
     /// Step 2: the protected header's `x5c`, after checking `alg`, `crit`, `b64` and the chain's shape.
