@@ -153,14 +153,14 @@ let package = Package(
         .target(
             name: "SharedSettings",
             dependencies: [
-                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "PipelineConfiguration",
+                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "NotificationRecords", "PipelineConfiguration",
                 asyncHTTPClient, logging, nioCore, postgresNIO, serviceLifecycle,
             ]
         ),
         // The notifications topic's record contract: the one place records for it (and its dead letters) are built.
         .target(
             name: "NotificationRecords",
-            dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", tracing]
+            dependencies: ["AppStoreNotifications", "EntitlementStore", "KafkaClient", "PipelineConfiguration", tracing]
         ),
         // MARK: - The services and features, one concern each
         // ingest: Apple's POST → shape check → the notifications topic, 200 after the broker's acknowledgement.

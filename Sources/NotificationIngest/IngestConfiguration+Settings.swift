@@ -1,3 +1,4 @@
+import NotificationRecords
 import PipelineConfiguration
 
 extension IngestConfiguration {
@@ -11,7 +12,7 @@ extension IngestConfiguration {
             defaultText: "/v2/notifications/production=Production,/v2/notifications/sandbox=Sandbox")
         static let maximumBodyBytes = Setting.int(
             "INGEST_MAX_BODY_BYTES", default: 256 * 1024, range: 1_024...16 * 1_024 * 1_024, "larger bodies are refused with 400 (Apple's are about 19 KB)")
-        static let topic = Setting.string("NOTIFICATIONS_TOPIC", default: "appstore.notifications.v2", "the topic accepted notifications are produced to")
+        static let topic = NotificationsTopic.setting
         static let produceTimeout = Setting.duration(
             "INGEST_PRODUCE_TIMEOUT", default: .seconds(10), range: .milliseconds(100) ... .seconds(300), deprecatedMilliseconds: "INGEST_PRODUCE_TIMEOUT_MS",
             "the broker's acknowledgement must come within this, else 503")

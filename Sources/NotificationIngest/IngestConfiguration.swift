@@ -1,5 +1,6 @@
 import Foundation
 import KafkaClient
+import NotificationRecords
 import PipelineConfiguration
 
 /// Everything the ingest service is configured with. Read from the environment by `fromEnvironment`.
@@ -17,7 +18,7 @@ package struct IngestConfiguration: Sendable {
     /// `INGEST_MAX_BODY_BYTES`: larger bodies are refused with 400 (Apple's notifications are about 19 KB).
     package var maximumBodyBytes = 256 * 1024
     /// `NOTIFICATIONS_TOPIC`: where accepted notifications are produced.
-    package var topic = "appstore.notifications.v2"
+    package var topic = NotificationsTopic.defaultName
     /// `INGEST_PRODUCE_TIMEOUT`: the longest a request waits for the broker's acknowledgement before 503.
     package var produceTimeout: Duration = .seconds(10)
     /// `INGEST_RETRY_AFTER_SECONDS`: the `Retry-After` of a 503.

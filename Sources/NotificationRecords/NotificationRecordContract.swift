@@ -2,6 +2,7 @@ import AppStoreNotifications
 import EntitlementStore
 import Foundation
 import KafkaClient
+import PipelineConfiguration
 import ServiceContextModule
 
 // The notifications topic's record contract, shared by every process that writes to it or reads from it (ingest,
@@ -122,5 +123,26 @@ public struct PulledRecordProducer: Sendable {
                 context: ServiceContext.current)
         })
         return sent
+    }
+}
+
+/// The notifications topic's name as every process reads it (ingest writes it, the workers read it, the pull side and
+/// `pipelinectl` write and read it), and its dead-letter topic's: one variable, one default, one description.
+public enum NotificationsTopic {
+    public static let defaultName = "appstore.notifications.v2"
+    /// `NOTIFICATIONS_TOPIC`.
+    public static let setting = Setting.string("NOTIFICATIONS_TOPIC", default: defaultName, "the topic ingest writes and the workers read")
+    /// `DEAD_LETTER_TOPIC`: permanent failures, by default the topic's name + `.dead-letter`.
+    public static let deadLetterSetting = SettingDescription(
+        variable: "DEAD_LETTER_TOPIC", summary: "permanent failures: original bytes and key, headers `error-code`, `error-reason`, `error-cause`, `original-*`, `consumer-group`, `failed-at`, `attempt` (default: the topic + `.dead-letter`)",
+        defaultText: nil)
+
+    /// The dead-letter topic of `topic` when `DEAD_LETTER_TOPIC` does not name one.
+    public static func defaultDeadLetterName(of topic: String) -> String { topic + ".dead-letter" }
+
+    /// Both names as `environment` sets them.
+    public static func names(_ environment: EnvironmentReader) throws(ConfigurationError) -> (topic: String, deadLetter: String) {
+        let topic = try setting.read(environment)
+        return (topic, environment.string(deadLetterSetting.variable, default: defaultDeadLetterName(of: topic)))
     }
 }

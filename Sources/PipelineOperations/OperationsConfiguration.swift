@@ -5,6 +5,7 @@ import EntitlementStore
 import Foundation
 import KafkaClient
 import Logging
+import NotificationRecords
 import PipelineConfiguration
 import PostgresNIO
 import SharedSettings
@@ -13,9 +14,9 @@ import SharedSettings
 /// with the deployment's own ConfigMap/Secret (command-line options override).
 package struct OperationsConfiguration: Sendable {
     /// `NOTIFICATIONS_TOPIC`
-    package var topic = "appstore.notifications.v2"
+    package var topic = NotificationsTopic.defaultName
     /// `DEAD_LETTER_TOPIC` (default: the topic + `.dead-letter`)
-    package var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    package var deadLetterTopic = NotificationsTopic.defaultDeadLetterName(of: NotificationsTopic.defaultName)
     /// `WORKER_GROUP_ID`: the group `replay` and `lag` default to.
     package var groupId = "appstore-worker"
     /// `TOPIC_PARTITIONS`: partitions of the notifications topic; the most workers that can share the load.
@@ -55,8 +56,7 @@ package struct OperationsConfiguration: Sendable {
 
     package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
         var configuration = OperationsConfiguration()
-        configuration.topic = environment.string("NOTIFICATIONS_TOPIC", default: configuration.topic)
-        configuration.deadLetterTopic = environment.string("DEAD_LETTER_TOPIC", default: configuration.topic + ".dead-letter")
+        (configuration.topic, configuration.deadLetterTopic) = try NotificationsTopic.names(environment)
         configuration.groupId = environment.string("WORKER_GROUP_ID", default: configuration.groupId)
         configuration.partitions = Int32(try environment.int("TOPIC_PARTITIONS", default: Int(configuration.partitions), range: 1...10_000))
         configuration.replicationFactor = Int32(try environment.int("TOPIC_REPLICATION_FACTOR", default: Int(configuration.replicationFactor), range: 1...16))

@@ -3,6 +3,7 @@ import AppStoreServerAPI
 import EntitlementStore
 import Foundation
 import KafkaClient
+import NotificationRecords
 import PipelineConfiguration
 import PostgresNIO
 
@@ -12,9 +13,9 @@ import PostgresNIO
 /// reads (`WorkerConfiguration`, `CustomerAPIConfiguration`).
 public struct PipelineSettings: Sendable {
     /// `NOTIFICATIONS_TOPIC`: the topic ingest produces to.
-    public var topic = "appstore.notifications.v2"
+    public var topic = NotificationsTopic.defaultName
     /// `DEAD_LETTER_TOPIC`: where permanently failing records go (default: the topic + `.dead-letter`).
-    public var deadLetterTopic = "appstore.notifications.v2.dead-letter"
+    public var deadLetterTopic = NotificationsTopic.defaultDeadLetterName(of: NotificationsTopic.defaultName)
     /// `POSTGRES_URL` (required): `postgres://user[:password]@host[:port]/database`.
     public var postgresURL = ""
     /// `POSTGRES_POOL_SIZE`: connections per process.
@@ -48,10 +49,7 @@ public struct PipelineSettings: Sendable {
     /// table of them read these. The broker's (`KAFKA_*`: `KafkaEnvironment`) and Apple's key (`APPSTORE_*`:
     /// `AppStoreServerAPIConfiguration`) are read by their own modules.
     enum Settings {
-        static let topic = Setting.string("NOTIFICATIONS_TOPIC", default: "appstore.notifications.v2", "the topic ingest writes and the workers read")
-        static let deadLetterTopic = SettingDescription(
-            variable: "DEAD_LETTER_TOPIC", summary: "permanent failures: original bytes and key, headers `error-code`, `error-reason`, `error-cause`, `original-*`, `consumer-group`, `failed-at`, `attempt` (default: the topic + `.dead-letter`)",
-            defaultText: nil)
+        static let (topic, deadLetterTopic) = (NotificationsTopic.setting, NotificationsTopic.deadLetterSetting)
         static let postgresURL = Setting<String>(
             SettingDescription(variable: "POSTGRES_URL", summary: "the database (required): `postgres://user[:password]@host[:port]/database`", defaultText: nil)
         ) { environment throws(ConfigurationError) in
@@ -97,8 +95,7 @@ public struct PipelineSettings: Sendable {
 
     public static func fromEnvironment(_ environment: EnvironmentReader, defaultClientId: String) throws(ConfigurationError) -> PipelineSettings {
         var settings = PipelineSettings(kafka: try KafkaEnvironment.client(environment, defaultClientId: defaultClientId))
-        settings.topic = try Settings.topic.read(environment)
-        settings.deadLetterTopic = environment.string(Settings.deadLetterTopic.variable, default: settings.topic + ".dead-letter")
+        (settings.topic, settings.deadLetterTopic) = try NotificationsTopic.names(environment)
         settings.postgresURL = try Settings.postgresURL.read(environment)
         settings.postgresPoolSize = try Settings.postgresPoolSize.read(environment)
         settings.apps = try Settings.apps.read(environment)
