@@ -85,15 +85,8 @@ package struct TestTopic: Sendable {
 
 /// Creates a topic of `partitions` partitions for each test it is applied to (or each test of a suite) and
 /// provides it as `TestTopic.current`.
-package struct FreshTopicTrait: TestTrait, SuiteTrait, TestScoping {
+package struct FreshTopicTrait: PerTestResourceTrait {
     let partitions: Int32
-
-    package var isRecursive: Bool { true }
-
-    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
-        // Once per test (a suite's trait reaches each of its tests), never around the suite itself.
-        test.isSuite ? nil : self
-    }
 
     package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let bootstrap = try RequiredServices.bootstrap

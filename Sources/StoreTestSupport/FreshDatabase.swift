@@ -67,12 +67,7 @@ package struct MigratedDatabase: Sendable {
     }
 }
 
-package struct MigratedDatabaseTrait: TestTrait, SuiteTrait, TestScoping {
-    package var isRecursive: Bool { true }
-
-    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
-        test.isSuite ? nil : self
-    }
+package struct MigratedDatabaseTrait: PerTestResourceTrait {
 
     package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let logger = quietLogger("migrated-database")

@@ -34,3 +34,15 @@ extension ProcessSuite {
     package var bootstrap: String { get throws { try RequiredServices.bootstrap } }
     package var postgresURL: String { get throws { try RequiredServices.postgresURL } }
 }
+
+/// A trait that gives each test it reaches a resource of its own (`.freshTopic`, `.migratedDatabase`): applied to a
+/// suite it reaches each of the suite's tests, and it never scopes the suite itself.
+package protocol PerTestResourceTrait: TestTrait, SuiteTrait, TestScoping {}
+
+extension PerTestResourceTrait {
+    package var isRecursive: Bool { true }
+
+    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        test.isSuite ? nil : self
+    }
+}
