@@ -68,7 +68,6 @@ package struct MigratedDatabase: Sendable {
 }
 
 package struct MigratedDatabaseTrait: PerTestResourceTrait {
-
     package func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         let logger = quietLogger("migrated-database")
         try await withMigratedStore("migrated", logger: logger) { store, client in
