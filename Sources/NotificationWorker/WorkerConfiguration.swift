@@ -14,6 +14,12 @@ package struct WorkerConfiguration: Sendable {
     package var settings: PipelineSettings
     /// `WORKER_GROUP_ID`: the consumer group every worker of a deployment shares.
     package var groupId = "appstore-worker"
+    /// `WORKER_INSTANCE_ID`: this worker's static membership of the group (`group.instance.id`). A worker that
+    /// restarts under the same name within the session timeout gets its own partitions back and no other worker
+    /// rebalances, so a rolling restart moves nothing (docs/scale.md). It must be stable per replica and unique in
+    /// the group: a StatefulSet pod's name, not a Deployment's (each new pod has a new name, and a static member
+    /// that goes away leaves its partitions idle until the session timeout). Unset: dynamic membership.
+    package var instanceId: String?
     /// `WORKER_BATCH_SIZE`: records per batch (one PostgreSQL transaction each). What the worker holds in memory
     /// follows it: three batches in flight (one written, one verified, one polled ahead), each record as bytes and
     /// parsed content, and a pre-fetch queue sized from it (`consumerConfiguration`). With 250 a worker stayed at
@@ -58,6 +64,10 @@ package struct WorkerConfiguration: Sendable {
     /// of them read these (the shared ones are `PipelineSettings`', `EventsConfiguration`'s and `RetentionPolicy`'s).
     enum Settings {
         static let groupId = Setting.string("WORKER_GROUP_ID", default: "appstore-worker", "the consumer group every worker of a deployment joins")
+        static let instanceId = SettingDescription(
+            variable: "WORKER_INSTANCE_ID",
+            summary: "static group membership (`group.instance.id`): a stable name per replica, such as a StatefulSet pod's; a restart within the session timeout keeps its partitions and rebalances no one. Unset: dynamic membership",
+            defaultText: nil)
         static let batchSize = Setting.int(
             "WORKER_BATCH_SIZE", default: 250, range: 1...10_000,
             "records per batch, one PostgreSQL transaction each; librdkafka's pre-fetch follows it (48 KiB a record)")
@@ -81,7 +91,7 @@ package struct WorkerConfiguration: Sendable {
             defaultText: "1h")
 
         static let catalog = SettingsCatalog(component: "worker", settings: [
-            groupId.description, batchSize.description, maximumBackoff.description, storeTimeout.description, migrate.description,
+            groupId.description, instanceId, batchSize.description, maximumBackoff.description, storeTimeout.description, migrate.description,
             opsHost.description, opsPort.description, healInterval.description, healRetryAfter.description, retentionInterval,
         ])
     }
@@ -97,6 +107,13 @@ package struct WorkerConfiguration: Sendable {
         var configuration = WorkerConfiguration(kafka: KafkaClientConfigurationValues(bootstrapServers: [], clientId: ""))
         configuration.settings = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-worker")
         configuration.groupId = try Settings.groupId.read(environment)
+        if let instanceId = environment.optionalString(Settings.instanceId.variable) {
+            // Kafka's rule for group.instance.id (as for topic names): librdkafka would only fail at the join.
+            guard instanceId.count <= 249, instanceId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+                throw ConfigurationError(variable: Settings.instanceId.variable, reason: "must be at most 249 of a-z, A-Z, 0-9, '.', '_' and '-' (got \"\(instanceId)\")")
+            }
+            configuration.instanceId = instanceId
+        }
         configuration.batchSize = try Settings.batchSize.read(environment)
         configuration.maximumBackoff = try Settings.maximumBackoff.read(environment)
         configuration.storeTimeout = try Settings.storeTimeout.read(environment)
@@ -119,6 +136,7 @@ package struct WorkerConfiguration: Sendable {
     /// The consumer: offsets stored only after the work is durable (KafkaConsumerConfiguration's defaults).
     package var consumerConfiguration: KafkaConsumerConfiguration {
         var configuration = KafkaConsumerConfiguration(client: settings.kafka.clientConfiguration, groupId: groupId)
+        configuration.groupInstanceId = instanceId
         // A quiet stream's record (a customer API purchase waiting for its worker) must not wait for librdkafka's
         // 500 ms on brokers that hold an empty fetch that long: 265 ms → 29 ms at p50 on the bundled one. At most
         // 20 idle fetches a second; Apache Kafka answers at once anyway. KAFKA_CONFIG_FETCH_WAIT_MAX_MS overrides it.

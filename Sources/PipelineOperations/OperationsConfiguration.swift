@@ -19,8 +19,11 @@ package struct OperationsConfiguration: Sendable {
     package var deadLetterTopic = NotificationsTopic.defaultDeadLetterName(of: NotificationsTopic.defaultName)
     /// `WORKER_GROUP_ID`: the group `replay` and `lag` default to.
     package var groupId = "appstore-worker"
-    /// `TOPIC_PARTITIONS`: partitions of the notifications topic; the most workers that can share the load.
-    package var partitions: Int32 = 12
+    /// `TOPIC_PARTITIONS`: partitions of the notifications topic; the most workers that can share the load. 96 by
+    /// default, chosen for the peak (docs/scale.md): a partition count cannot shrink, and growing it moves keys to
+    /// other partitions (a subscription's order breaks across the change), so it is set once for the most workers
+    /// a deployment will ever run; 96 divides evenly among 1-4, 6, 8, 12, 16, 24, 32 and 48 workers.
+    package var partitions: Int32 = 96
     /// `TOPIC_REPLICATION_FACTOR`: 3 on a production cluster; 1 for a single local broker.
     package var replicationFactor: Int32 = 3
     /// `TOPIC_RETENTION_DAYS`: how long notifications stay replayable. At least 14 days: longer than Apple's

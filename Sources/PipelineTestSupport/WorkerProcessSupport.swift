@@ -122,6 +122,31 @@ package final class WorkerProcessFixture: @unchecked Sendable {
         return text.components(separatedBy: "partitions assigned").count - 1
     }
 
+    /// Every rebalance `worker` has taken part in, in order, as the partitions it gained (`+`) or lost (`-`): `+0,2`,
+    /// and a bare `+` for a rebalance that gave it nothing new (a cooperative round it only confirmed).
+    package func rebalances(_ worker: Process) -> [String] {
+        guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line -> String? in
+            for (marker, sign) in [("partitions assigned: ", "+"), ("partitions revoked: ", "-")] {
+                guard let range = line.range(of: marker) else { continue }
+                // Each partition is written `topic[3]`.
+                let partitions = line[range.upperBound...].split(separator: ",").compactMap { $0.split(separator: "[").last?.split(separator: "]").first }
+                return sign + partitions.joined(separator: ",")
+            }
+            return nil
+        }
+    }
+
+    /// The partitions `worker` owns by its log: its assignments less its revocations.
+    package func ownedPartitions(_ worker: Process) -> Set<Int> {
+        var owned: Set<Int> = []
+        for change in rebalances(worker) {
+            let partitions = change.dropFirst().split(separator: ",").compactMap { Int($0) }
+            if change.hasPrefix("+") { owned.formUnion(partitions) } else { owned.subtract(partitions) }
+        }
+        return owned
+    }
+
     /// Stops `workers` (SIGTERM, graceful) one at a time, each after the others took over the partitions of the
     /// previous one (up to 20 s). The tansu test broker keeps a group stuck for good when a member is shut down in
     /// the middle of the rebalance another member's departure started: the departed member stays its leader, and

@@ -11,7 +11,7 @@ struct TopicsCommand: AsyncParsableCommand {
             commandName: "ensure",
             abstract: "Create the notifications and dead-letter topics if missing (existing topics are left as they are).",
             discussion: """
-                Partitions, replication and retention come from TOPIC_PARTITIONS (12), TOPIC_REPLICATION_FACTOR (3),
+                Partitions, replication and retention come from TOPIC_PARTITIONS (96), TOPIC_REPLICATION_FACTOR (3),
                 TOPIC_RETENTION_DAYS (14: longer than Apple's ~6.5-day retry window) and DEAD_LETTER_RETENTION_DAYS (28),
                 or the options below.
                 """)

@@ -160,7 +160,7 @@ struct DeploymentConsistencyTests {
             let figure = try #require(figures[process] as? [String: Any])
             let peak = try #require(figure["residentMegabytesPeak"] as? Double)
             let queue = try #require(figure["librdkafkaQueueMegabytes"] as? Double)
-            let deployment = try #require(try YAMLFile.load(file).compactMap { $0 as? [String: Any] }.first { $0["kind"] as? String == "Deployment" })
+            let deployment = try #require(try YAMLFile.load(file).compactMap { $0 as? [String: Any] }.first { ["Deployment", "StatefulSet"].contains($0["kind"] as? String) })
             let podSpec = try #require(((deployment["spec"] as? [String: Any])?["template"] as? [String: Any])?["spec"] as? [String: Any])
             let container = try #require((podSpec["containers"] as? [[String: Any]])?.first)
             let limit = try #require(((container["resources"] as? [String: Any])?["limits"] as? [String: Any])?["memory"] as? String)
@@ -203,7 +203,7 @@ struct DeploymentConsistencyTests {
         var deploymentPorts: [String: Int] = [:]
 
         var envFromReferences: Set<String> = []
-        for object in named("Deployment") + named("Job") + named("CronJob") {
+        for object in named("Deployment") + named("StatefulSet") + named("Job") + named("CronJob") {
             let outerSpec = try #require(object["spec"] as? [String: Any])
             // A CronJob's pod template is one level deeper, in its job template.
             let spec = ((outerSpec["jobTemplate"] as? [String: Any])?["spec"] as? [String: Any]) ?? outerSpec
@@ -268,9 +268,26 @@ struct DeploymentConsistencyTests {
         }
         // Ingest has a Service and an HPA; the worker an HPA and a PodDisruptionBudget; a migrate Job exists.
         let scaled = Set(named("HorizontalPodAutoscaler").compactMap { (($0["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any])?["name"] as? String })
-        #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment")
+        #expect(scaled == Set(deploymentPorts.keys), "an HPA for each Deployment and StatefulSet")
+        for autoscaler in named("HorizontalPodAutoscaler") {
+            let target = ((autoscaler["spec"] as? [String: Any])?["scaleTargetRef"] as? [String: Any]) ?? [:]
+            let kinds = Set(objects.filter { name($0) == target["name"] as? String && $0["kind"] as? String != "HorizontalPodAutoscaler" }.compactMap { $0["kind"] as? String })
+            #expect(kinds.contains(target["kind"] as? String ?? "?"), "\(name(autoscaler)) scales a \(target["kind"] ?? "?") named \(target["name"] ?? "?"), which is a \(kinds)")
+        }
         #expect(named("PodDisruptionBudget").count == 1 && named("Job").count == 1)
-        #expect(Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api", "appstore-console"], "ingest, the customer API and the console are reachable as Services")
+        #expect(
+            Set(named("Service").map(name)) == ["appstore-ingest", "appstore-customer-api", "appstore-console", "appstore-worker"],
+            "ingest, the customer API and the console are reachable as Services; the workers' StatefulSet has its governing one")
+        // Workers are static group members named after their pods, so their pods must keep their names: a
+        // StatefulSet (a Deployment's new pod has a new name, and the old name's partitions would wait out the
+        // session timeout).
+        let worker = try #require(named("StatefulSet").first { name($0) == "appstore-worker" }, "the worker runs as a StatefulSet")
+        let workerSpec = try #require(worker["spec"] as? [String: Any])
+        #expect(named("Deployment").allSatisfy { name($0) != "appstore-worker" })
+        #expect(workerSpec["serviceName"] as? String == "appstore-worker" && named("Service").contains { name($0) == "appstore-worker" && ($0["spec"] as? [String: Any])?["clusterIP"] as? String == "None" })
+        let workerContainer = try #require(((((workerSpec["template"] as? [String: Any])?["spec"] as? [String: Any])?["containers"] as? [[String: Any]])?.first))
+        let instance = (workerContainer["env"] as? [[String: Any]] ?? []).first { $0["name"] as? String == "WORKER_INSTANCE_ID" }
+        #expect(((instance?["valueFrom"] as? [String: Any])?["fieldRef"] as? [String: Any])?["fieldPath"] as? String == "metadata.name", "WORKER_INSTANCE_ID is the pod's name")
         #expect(Set(named("PodDisruptionBudget").map(name)) == ["appstore-worker"])
         #expect(Set(named("CronJob").map(name)) == ["appstore-pipeline-catch-up", "appstore-pipeline-reconcile"], "the automatic catch-up and the nightly reconcile")
         for cronJob in named("CronJob") {
