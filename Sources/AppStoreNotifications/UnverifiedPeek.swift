@@ -4,37 +4,20 @@
 /// partition and are processed in order. That needs the key before the worker verifies anything; a forged key
 /// can only misplace a record that verification will reject anyway. Never use these values for trust.
 public enum UnverifiedPeek {
-    /// The routing key of a notification: the `originalTransactionId` of its nested `signedTransactionInfo`,
-    /// else its `notificationUUID`, else nil. Only a plausible key counts: 1 to 128 bytes of printable ASCII
-    /// (Apple's ids are digits, its UUIDs 36 characters); attacker text of any other shape routes as no key.
+    /// The routing key of a notification (`RoutingKey`'s rule) read without verifying: the nested
+    /// `signedTransactionInfo`'s `originalTransactionId`, else what the notification is about, else its
+    /// `notificationUUID`, else nil.
     public static func partitionKey(ofNotification signedPayload: String) -> String? {
         guard let payload = payload(of: signedPayload) else { return nil }
-        if let nested = payload["data"]?.objectValue?["signedTransactionInfo"]?.stringValue,
-            let transaction = self.payload(of: nested),
-            let originalTransactionId = transaction["originalTransactionId"]?.stringValue, isPlausibleKey(originalTransactionId)
-        {
-            return originalTransactionId
+        func nested(_ jws: JSONValue?, _ field: String) -> String? {
+            jws?.stringValue.flatMap { self.payload(of: $0) }?[field]?.stringValue
         }
-        // Without a transaction: what the notification is about, so notifications about one thing share a partition
-        // (and keep their order): the app transaction (RESCIND_CONSENT's appData), the mass extension (a
-        // RENEWAL_EXTENSION SUMMARY), the external purchase token.
-        if let nested = payload["appData"]?.objectValue?["signedAppTransactionInfo"]?.stringValue,
-            let appTransactionId = self.payload(of: nested)?["appTransactionId"]?.stringValue, isPlausibleKey(appTransactionId)
-        {
-            return appTransactionId
-        }
-        if let requestIdentifier = payload["summary"]?.objectValue?["requestIdentifier"]?.stringValue, isPlausibleKey(requestIdentifier) {
-            return requestIdentifier
-        }
-        if let externalPurchaseId = payload["externalPurchaseToken"]?.objectValue?["externalPurchaseId"]?.stringValue, isPlausibleKey(externalPurchaseId) {
-            return externalPurchaseId
-        }
-        if let uuid = payload["notificationUUID"]?.stringValue, isPlausibleKey(uuid) { return uuid }
-        return nil
-    }
-
-    static func isPlausibleKey(_ text: String) -> Bool {
-        (1...128).contains(text.utf8.count) && text.utf8.allSatisfy { (0x21...0x7e).contains($0) }
+        return RoutingKey.first(
+            originalTransactionId: { nested(payload["data"]?.objectValue?["signedTransactionInfo"], "originalTransactionId") },
+            appTransactionId: { nested(payload["appData"]?.objectValue?["signedAppTransactionInfo"], "appTransactionId") },
+            requestIdentifier: { payload["summary"]?.objectValue?["requestIdentifier"]?.stringValue },
+            externalPurchaseId: { payload["externalPurchaseToken"]?.objectValue?["externalPurchaseId"]?.stringValue },
+            notificationUUID: { payload["notificationUUID"]?.stringValue })
     }
 
     /// The decoded JSON payload of a compact JWS, or nil if it does not decode to a strict JSON object.
@@ -55,7 +38,7 @@ public enum UnverifiedPeek {
     public static func claims(ofNotification signedPayload: String) -> UnverifiedClaims {
         var claims = UnverifiedClaims()
         guard let payload = payload(of: signedPayload) else { return claims }
-        func plausible(_ value: JSONValue?) -> String? { value?.stringValue.flatMap { isPlausibleKey($0) ? $0 : nil } }
+        func plausible(_ value: JSONValue?) -> String? { value?.stringValue.flatMap { RoutingKey.isPlausible($0) ? $0 : nil } }
         claims.notificationUUID = plausible(payload["notificationUUID"])
         claims.notificationType = plausible(payload["notificationType"])
         let data = payload["data"]?.objectValue

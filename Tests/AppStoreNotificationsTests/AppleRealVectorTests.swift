@@ -28,8 +28,11 @@ struct AppleRealVectorTests {
         let decoded = try #require(object["decoded"])
         switch kind {
         case "notification":
-            let notification = try await verifier.verifyNotification(try #require(object["signedPayload"]?.stringValue))
+            let signedPayload = try #require(object["signedPayload"]?.stringValue)
+            let notification = try await verifier.verifyNotification(signedPayload)
             #expect(sameJSON(.object(notification.json), decoded))
+            // The worker's routing key (verified) is ingest's Kafka key (unverified) on Apple's own payloads.
+            #expect(notification.routingKey != nil && notification.routingKey == UnverifiedPeek.partitionKey(ofNotification: signedPayload))
             #expect(notification.environment == .sandbox)
             if let nested = object["decoded_nested"]?.objectValue, let transaction = nested["signedTransactionInfo"] {
                 #expect(sameJSON(.object(try #require(notification.transactionInfo).json), transaction))
