@@ -118,31 +118,37 @@ package final class WorkerProcessFixture: @unchecked Sendable {
 
     /// How many assignments `worker` has logged so far.
     package func assignmentCount(_ worker: Process) -> Int {
-        guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return 0 }
-        return text.components(separatedBy: "partitions assigned").count - 1
+        rebalances(worker).filter { if case .assigned = $0 { true } else { false } }.count
     }
 
-    /// Every rebalance `worker` has taken part in, in order, as the partitions it gained (`+`) or lost (`-`): `+0,2`,
-    /// and a bare `+` for a rebalance that gave it nothing new (a cooperative round it only confirmed).
-    package func rebalances(_ worker: Process) -> [String] {
+    /// Every rebalance `worker` has taken part in, in order, read back from its log (`KafkaConsumer` logs each as
+    /// `partitions assigned: topic[0], topic[2]` or `partitions revoked: …`): an `.assigned([])` is a cooperative
+    /// round that gave it nothing new.
+    package func rebalances(_ worker: Process) -> [KafkaRebalanceEvent] {
         guard let file = logFiles[worker.processIdentifier], let text = try? String(contentsOfFile: file, encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line -> String? in
-            for (marker, sign) in [("partitions assigned: ", "+"), ("partitions revoked: ", "-")] {
+        return text.split(separator: "\n").compactMap { line -> KafkaRebalanceEvent? in
+            for (marker, event) in [("partitions assigned: ", KafkaRebalanceEvent.assigned), ("partitions revoked: ", KafkaRebalanceEvent.revoked)] {
                 guard let range = line.range(of: marker) else { continue }
-                // Each partition is written `topic[3]`.
-                let partitions = line[range.upperBound...].split(separator: ",").compactMap { $0.split(separator: "[").last?.split(separator: "]").first }
-                return sign + partitions.joined(separator: ",")
+                return event(line[range.upperBound...].split(separator: ",").compactMap { entry in
+                    // `KafkaTopicPartition.description`: `topic[3]` (a topic name has no brackets).
+                    let text = entry.trimmingCharacters(in: .whitespaces)
+                    let parts = text.dropLast().split(separator: "[")
+                    guard text.hasSuffix("]"), parts.count == 2, let partition = Int32(parts[1]) else { return nil }
+                    return KafkaTopicPartition(topic: String(parts[0]), partition: partition)
+                })
             }
             return nil
         }
     }
 
     /// The partitions `worker` owns by its log: its assignments less its revocations.
-    package func ownedPartitions(_ worker: Process) -> Set<Int> {
-        var owned: Set<Int> = []
-        for change in rebalances(worker) {
-            let partitions = change.dropFirst().split(separator: ",").compactMap { Int($0) }
-            if change.hasPrefix("+") { owned.formUnion(partitions) } else { owned.subtract(partitions) }
+    package func ownedPartitions(_ worker: Process) -> Set<Int32> {
+        var owned: Set<Int32> = []
+        for event in rebalances(worker) {
+            switch event {
+            case .assigned(let partitions): owned.formUnion(partitions.map(\.partition))
+            case .revoked(let partitions): owned.subtract(partitions.map(\.partition))
+            }
         }
         return owned
     }

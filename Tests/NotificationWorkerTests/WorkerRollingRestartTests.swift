@@ -24,7 +24,7 @@ struct WorkerRollingRestartTests: ProcessSuite {
             try await fixture.startWorker(group: group, postgresURL: database, extra: ["WORKER_INSTANCE_ID": name, "KAFKA_CONFIG_SESSION_TIMEOUT_MS": "20000"]).process
         }
         var workers = [try await start("worker-0"), try await start("worker-1")]
-        func owned() -> [Set<Int>] { workers.map(fixture.ownedPartitions) }
+        func owned() -> [Set<Int32>] { workers.map(fixture.ownedPartitions) }
         func waitUntil(_ condition: () -> Bool) async -> Bool {
             let deadline = ContinuousClock.now + .seconds(60)
             while !condition(), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(100)) }
