@@ -417,18 +417,7 @@ extension Migrations {
         $$
         """,
         // The transaction a notification is about, decoded, whichever way the archive stores it.
-        """
-        CREATE FUNCTION archived_transaction_info(n notification_archive) RETURNS jsonb STABLE LANGUAGE sql AS $$
-            SELECT CASE
-                WHEN n.body IS NOT NULL THEN
-                    n.nested_bodies[substr(n.body->'data'->>'signedTransactionInfo', 2)::integer + 1]::jsonb
-                ELSE convert_from(decode(
-                        translate(split_part(n.payload->'data'->>'signedTransactionInfo', '.', 2), '-_', '+/')
-                        || repeat('=', (4 - length(split_part(n.payload->'data'->>'signedTransactionInfo', '.', 2)) % 4) % 4),
-                    'base64'), 'UTF8')::jsonb
-                END
-        $$
-        """,
+        archivedTransactionInfoFunction,
         // Refund requests by outcome, counted in the bucket the notification was signed in: requested
         // (CONSUMPTION_REQUEST), granted (REFUND), declined (REFUND_DECLINED), reversed (REFUND_REVERSED).
         """

@@ -494,42 +494,12 @@ public enum Migrations {
             $$
             """,
             // The outer payload's exact JSON text, nested JWSs back in place (ArchivedJWS.outerPayload in SQL).
-            """
-            CREATE FUNCTION archived_payload_text(n notification_archive) RETURNS text STABLE LANGUAGE plpgsql AS $$
-            DECLARE
-                result text;
-            BEGIN
-                IF n.body IS NULL THEN
-                    RETURN NULL;
-                END IF;
-                result := n.body::text;
-                FOR i IN REVERSE coalesce(array_length(n.nested_bodies, 1), 0)..1 LOOP
-                    result := replace(result, '"\\u0001' || (i - 1) || '"',
-                        '"' || (SELECT segment FROM jws_headers WHERE sha256 = n.nested_header_sha256[i]) || '.'
-                            || jws_base64url(n.nested_bodies[i]::text) || '.' || n.nested_signatures[i] || '"');
-                END LOOP;
-                RETURN result;
-            END
-            $$
-            """,
+            archivedPayloadTextFunction,
             // The exact signedPayload Apple signed, whichever way the row is stored.
-            """
-            CREATE FUNCTION archived_signed_payload(n notification_archive) RETURNS text STABLE LANGUAGE sql AS $$
-                SELECT coalesce(n.signed_payload,
-                    (SELECT segment FROM jws_headers WHERE sha256 = n.header_sha256) || '.' || jws_base64url(archived_payload_text(n))
-                        || '.' || n.signature)
-            $$
-            """,
+            archivedSignedPayloadFunction,
             // The archive as it always read: the exact JWS and the decoded outer payload, for any row, in the columns
             // (and the order) of migrations 1-12.
-            """
-            CREATE VIEW notifications AS
-            SELECT n.notification_uuid, n.notification_type, n.subtype, n.signed_date, n.environment, n.bundle_id,
-                n.original_transaction_id, archived_signed_payload(n) AS signed_payload,
-                coalesce(n.payload, archived_payload_text(n)::jsonb) AS payload,
-                n.kafka_topic, n.kafka_partition, n.kafka_offset, n.received_at, n.stored_at, n.source
-            FROM notification_archive n
-            """,
+            notificationsView,
         ]),
         metrics,
         // Webhook attempts are fenced: a claim writes a fresh token, an attempt records its outcome only while the row
