@@ -60,6 +60,11 @@ public struct StoredNotification: Sendable {
     /// The trace id of `traceparent`.
     public var traceId: String? { traceparent.flatMap(TraceParent.traceId) }
 
+    /// The routing key (`RoutingKey`: the Kafka key, the key a distributed database shards by); the dedupe key for
+    /// a payload that has none (it cannot verify without a notificationUUID or a transaction, but the column is
+    /// never empty).
+    public var routingKey: String { verified.routingKey ?? deduplicationKey }
+
     /// The dedupe key: Apple's notificationUUID (resent unchanged on retries).
     public var deduplicationKey: String {
         verified.payload.notificationUUID ?? "payload:" + Hex.encode(signedPayloadBytes.suffix(86))
@@ -207,6 +212,8 @@ public struct EntitlementStore: Sendable {
     public let erasureKey: ErasureKey?
     /// Whether a RESCIND_CONSENT queues the erasure of what its app transaction links to (`CONSENT_RESCINDED_ERASES`).
     public let consentRescindedErases: Bool
+    /// The notification tables' monthly partitions this store has seen exist (`TimePartitions`).
+    public let partitions = TimePartitions()
 
     /// `client` must be running (its `run()` inside the process's ServiceGroup) before the first call.
     public init(
@@ -257,7 +264,19 @@ public struct EntitlementStore: Sendable {
     /// (`deadLetteredPositions(among:)`).
     public func store(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord] = []) async throws -> BatchOutcome {
         guard !batch.isEmpty || !deadLettered.isEmpty else { return BatchOutcome() }
-        return try await ErasureFailure.unwrapped {
+        try await ensurePartitions(for: batch)
+        do {
+            return try await storeInTransaction(batch, deadLettered: deadLettered)
+        } catch where TimePartitions.isMissingPartition(error) {
+            // A month this process had seen was dropped since (retention): create it again, once.
+            partitions.forget()
+            try await ensurePartitions(for: batch)
+            return try await storeInTransaction(batch, deadLettered: deadLettered)
+        }
+    }
+
+    func storeInTransaction(_ batch: [StoredNotification], deadLettered: [DeadLetteredRecord]) async throws -> BatchOutcome {
+        try await ErasureFailure.unwrapped {
             try await client.withTransaction(logger: logger) { connection in
                 try await write(batch, deadLettered: deadLettered, on: connection)
             }
@@ -268,6 +287,7 @@ public struct EntitlementStore: Sendable {
     /// records, without storing them (a worker isolates a record the database refuses for good this way).
     public func probe(_ batch: [StoredNotification]) async throws {
         struct RolledBack: Error {}
+        try await ensurePartitions(for: batch)
         do {
             try await client.withTransaction(logger: logger) { connection in
                 _ = try await write(batch, deadLettered: [], on: connection)
@@ -276,6 +296,11 @@ public struct EntitlementStore: Sendable {
         } catch is RolledBack {
             return
         }
+    }
+
+    /// The months the batch's notifications were signed in have their partitions (`TimePartitions`).
+    func ensurePartitions(for batch: [StoredNotification]) async throws {
+        try await partitions.ensure(monthsOf: batch.map(\.verified.signedDate.millisecondsSince1970), client: client, logger: logger)
     }
 
     /// Bounds every statement of a transaction (`SET LOCAL`): a client that gave up at its deadline must not
@@ -338,6 +363,7 @@ public struct EntitlementStore: Sendable {
             guard let topic = record.kafkaTopic, let partition = record.kafkaPartition, let offset = record.kafkaOffset else { return nil }
             return .object(JSONObject([
                 "t": .string(topic), "p": .number(JSONNumber(Int64(partition))), "o": .number(JSONNumber(offset)), "u": .string(record.deduplicationKey),
+                "k": .string(record.routingKey), "sd": .number(JSONNumber(record.verified.signedDate.millisecondsSince1970)),
                 "s": record.source.map(JSONValue.string) ?? .null, "r": record.receivedAt.map { .number(JSONNumber($0.millisecondsSince1970)) } ?? .null,
                 "d": .bool(record.redriven), "ti": record.traceId.map(JSONValue.string) ?? .null,
             ]))
@@ -345,10 +371,13 @@ public struct EntitlementStore: Sendable {
         guard !rows.isEmpty else { return }
         try await connection.query(
             """
-            INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, source, redriven, received_at, trace_id)
-            SELECT d.t, d.p, d.o, d.u, d.s, d.d, to_timestamp(d.r / 1000.0), d.ti
+            INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, routing_key, signed_date, source,
+                redriven, received_at, trace_id)
+            SELECT d.t, d.p, d.o, d.u, d.k, to_timestamp(d.sd / 1000.0), d.s, d.d, to_timestamp(d.r / 1000.0), d.ti
             FROM jsonb_to_recordset(\(JSONValue.array(rows).serialized)::jsonb)
-                AS d(t text, p integer, o bigint, u text, s text, d boolean, r bigint, ti text)
+                AS d(t text, p integer, o bigint, u text, k text, sd bigint, s text, d boolean, r bigint, ti text)
+            WHERE NOT EXISTS (SELECT 1 FROM notification_deliveries x WHERE x.kafka_topic = d.t AND x.kafka_partition = d.p
+                AND x.kafka_offset = d.o AND x.signed_date = to_timestamp(d.sd / 1000.0))
             ORDER BY d.t, d.p, d.o
             ON CONFLICT DO NOTHING
             """,
@@ -360,12 +389,23 @@ public struct EntitlementStore: Sendable {
     /// same in every worker, so two batches that overlap during a partition handoff wait on each other instead of
     /// deadlocking. Returns each new key's first occurrence, in batch order (a key is applied once, never again).
     func claimInLedger(_ batch: [StoredNotification], outcome: inout BatchOutcome, on connection: PostgresConnection) async throws -> [StoredNotification] {
-        let keys = Set(batch.map(\.deduplicationKey)).sorted(by: String.precedesInByteOrder)
+        var claims: [String: StoredNotification] = [:]
+        for record in batch where claims[record.deduplicationKey] == nil { claims[record.deduplicationKey] = record }
+        let keys = claims.keys.sorted(by: String.precedesInByteOrder)
+        let routingKeys = keys.map { claims[$0]!.routingKey }
+        let signedDates = keys.map { claims[$0]!.verified.signedDate.millisecondsSince1970 }
         var fresh: Set<String> = []
+        // The key is (uuid, routing key, signedDate); the NOT EXISTS also finds a row of an earlier version whose
+        // routing key was derived differently, in the one partition of its signedDate, or whose signedDate is
+        // unknown (`notification_ledger_undated`, Migrations.partitions).
         let inserted = try await connection.query(
             """
-            INSERT INTO notification_ledger (notification_uuid)
-            SELECT k FROM unnest(\(keys)::text[]) WITH ORDINALITY AS u(k, position) ORDER BY position
+            INSERT INTO notification_ledger (notification_uuid, routing_key, signed_date)
+            SELECT u.k, u.r, to_timestamp(u.s / 1000.0)
+            FROM unnest(\(keys)::text[], \(routingKeys)::text[], \(signedDates)::bigint[]) WITH ORDINALITY AS u(k, r, s, position)
+            WHERE NOT EXISTS (SELECT 1 FROM notification_ledger l WHERE l.notification_uuid = u.k AND l.signed_date = to_timestamp(u.s / 1000.0))
+                AND NOT EXISTS (SELECT 1 FROM notification_ledger_undated x WHERE x.notification_uuid = u.k)
+            ORDER BY u.position
             ON CONFLICT DO NOTHING RETURNING notification_uuid
             """,
             logger: logger)
@@ -691,6 +731,7 @@ public struct EntitlementStore: Sendable {
         let verified = record.verified
         return .object(JSONObject([
             "notification_uuid": .string(record.deduplicationKey),
+            "routing_key": .string(record.routingKey),
             "notification_type": .string(verified.payload.rawNotificationType ?? ""),
             "subtype": text(verified.payload.rawSubtype),
             "signed_date": millis(verified.signedDate),
@@ -780,16 +821,16 @@ public struct EntitlementStore: Sendable {
     ) -> PostgresQuery {
         let nestedColumns = NestedColumns.columns(header: "r.header_sha256", digests: "f.nested_h", payloads: "f.nested_p", signatures: "f.nested_s")
         return """
-        INSERT INTO notification_archive (notification_uuid, notification_type, subtype, signed_date, environment, bundle_id,
+        INSERT INTO notification_archive (notification_uuid, routing_key, notification_type, subtype, signed_date, environment, bundle_id,
             original_transaction_id, signed_payload, payload, kafka_topic, kafka_partition, kafka_offset, received_at, source,
             header_sha256, body, signature, nested_header_sha256, nested_bodies, nested_signatures, trace_id)
-        SELECT r.notification_uuid, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
+        SELECT r.notification_uuid, r.routing_key, r.notification_type, r.subtype, to_timestamp(r.signed_date / 1000.0), r.environment, r.bundle_id,
             r.original_transaction_id, r.signed_payload, r.payload::jsonb, r.kafka_topic, r.kafka_partition, r.kafka_offset,
             to_timestamp(r.received_at / 1000.0), r.source,
             decode(r.header_sha256, 'hex'), r.body::json, r.signature,
             \(unescaped: nestedColumns), r.trace_id
         FROM ROWS FROM (
-            jsonb_to_recordset(\(rows)::jsonb) AS (notification_uuid text, notification_type text, subtype text, signed_date bigint,
+            jsonb_to_recordset(\(rows)::jsonb) AS (notification_uuid text, routing_key text, notification_type text, subtype text, signed_date bigint,
                 environment text, bundle_id text, original_transaction_id text, kafka_topic text, kafka_partition integer,
                 kafka_offset bigint, received_at bigint, source text, trace_id text),
             unnest(\(signedPayloads)::text[]),
@@ -800,14 +841,14 @@ public struct EntitlementStore: Sendable {
             unnest(\(nested.map(\.digests))::text[]),
             unnest(\(nested.map(\.payloads))::text[]),
             unnest(\(nested.map(\.signatures))::text[])
-        ) AS f(notification_uuid, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
+        ) AS f(notification_uuid, routing_key, notification_type, subtype, signed_date, environment, bundle_id, original_transaction_id,
             kafka_topic, kafka_partition, kafka_offset, received_at, source, trace_id, signed_payload, payload, header_sha256, body, signature,
             nested_h, nested_p, nested_s),
-        LATERAL (SELECT f.notification_uuid, f.notification_type, f.subtype, f.signed_date, f.environment, f.bundle_id,
+        LATERAL (SELECT f.notification_uuid, f.routing_key, f.notification_type, f.subtype, f.signed_date, f.environment, f.bundle_id,
             f.original_transaction_id, f.kafka_topic, f.kafka_partition, f.kafka_offset, f.received_at, f.source, f.trace_id,
             NULLIF(f.signed_payload, '') AS signed_payload, NULLIF(f.payload, '') AS payload, NULLIF(f.header_sha256, '') AS header_sha256,
             NULLIF(f.body, '') AS body, NULLIF(f.signature, '') AS signature) AS r
-        ON CONFLICT (notification_uuid) DO NOTHING
+        ON CONFLICT DO NOTHING
         """
     }
 

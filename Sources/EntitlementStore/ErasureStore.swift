@@ -236,7 +236,10 @@ extension ErasureStore {
             ("entitlement_events_outbox", "DELETE FROM entitlement_events_outbox WHERE event_id = ANY($1::text[]) RETURNING 1"),
             ("notification_deliveries", "DELETE FROM notification_deliveries WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
             ("notification_archive", "DELETE FROM notification_archive WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
-            ("notification_ledger", "UPDATE notification_ledger SET outcome = 'erased' WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
+            // The ledger keeps the UUID (still a duplicate on replay) but not the routing key (an original transaction id).
+            ("notification_ledger", """
+                UPDATE notification_ledger SET outcome = 'erased', routing_key = notification_uuid WHERE notification_uuid = ANY($3::text[]) RETURNING 1
+                """),
             ("consumption_requests", "DELETE FROM consumption_requests WHERE original_transaction_id = ANY($4::text[]) OR notification_uuid = ANY($3::text[]) RETURNING 1"),
             ("transaction_grace", "DELETE FROM transaction_grace WHERE transaction_id = ANY($5::text[]) RETURNING 1"),
             ("transaction_history_revisions", "DELETE FROM transaction_history_revisions WHERE bundle_id = $6 AND transaction_id = ANY($5::text[] || $4::text[]) RETURNING 1"),

@@ -512,5 +512,6 @@ public enum Migrations {
         erasure,
         extensions,
         privacy,
+        partitions,
     ]
 }

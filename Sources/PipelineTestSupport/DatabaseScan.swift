@@ -2,7 +2,7 @@ import Logging
 import PostgresNIO
 
 /// Searches a whole database for identifiers, as a privacy audit would: every text, json, jsonb and array column of
-/// every table. What the erasure tests hold the pipeline to (and the external harness checks the same way).
+/// every table (a partitioned table once, through its parent). What the erasure tests hold the pipeline to (and the external harness checks the same way).
 package enum DatabaseScan {
     static let logger = Logger(label: "database-scan")
 
@@ -14,6 +14,7 @@ package enum DatabaseScan {
             SELECT c.table_name, c.column_name FROM information_schema.columns c
             JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
             WHERE c.table_schema = 'public' AND c.data_type IN ('text', 'json', 'jsonb', 'ARRAY', 'character varying')
+                AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid WHERE k.relname = c.table_name)
             ORDER BY 1, 2
             """,
             logger: logger
@@ -41,7 +42,11 @@ package enum DatabaseScan {
     ) async throws -> [String: String] {
         var tables: [String] = []
         for try await table in try await client.query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'", logger: logger
+            """
+            SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'
+                AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class k ON k.oid = i.inhrelid WHERE k.relname = table_name)
+            """,
+            logger: logger
         ).decode(String.self) where !except.contains(table) { tables.append(table) }
         let patterns = (needles + ignoring).map { "%" + $0 + "%" }
         var digests: [String: String] = [:]

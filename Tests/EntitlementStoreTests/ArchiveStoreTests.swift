@@ -60,11 +60,12 @@ extension EntitlementStoreTests {
                 """, logger: Self.logger)
             _ = try await client.query("DELETE FROM jws_headers", logger: Self.logger)
             // And one row that is no JWS (a pulled status document is archived as its JSON).
-            _ = try await client.query("INSERT INTO notification_ledger (notification_uuid) VALUES ('doc')", logger: Self.logger)
+            _ = try await client.query("INSERT INTO notification_ledger (notification_uuid, routing_key, signed_date) VALUES ('doc', 'doc', now())", logger: Self.logger)
             _ = try await client.query(
                 """
-                INSERT INTO notification_archive (notification_uuid, notification_type, signed_date, environment, bundle_id, signed_payload, payload)
-                VALUES ('doc', 'STATUS_SNAPSHOT', now(), 'Production', 'b', '{"data":[]}', '{"data":[]}')
+                INSERT INTO notification_archive (notification_uuid, routing_key, notification_type, signed_date, environment, bundle_id, signed_payload,
+                    payload)
+                VALUES ('doc', 'doc', 'STATUS_SNAPSHOT', now(), 'Production', 'b', '{"data":[]}', '{"data":[]}')
                 """, logger: Self.logger)
             let before = try await archivedView(client)
             #expect(before.count == records.count + 1 && records.allSatisfy { before[$0.deduplicationKey] == $0.signedPayload })

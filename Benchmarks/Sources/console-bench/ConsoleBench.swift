@@ -88,21 +88,27 @@ struct ConsoleBench {
                 """, logger: logger)
             try await connection.query(
                 """
-                INSERT INTO notification_ledger (notification_uuid, first_seen_at, outcome)
-                SELECT s || '-' || i, now() - make_interval(mins => i), CASE WHEN i % 7 = 0 THEN 'unchanged' ELSE 'applied' END
+                SELECT ensure_time_partition(t, 'month', now() - interval '2 hours')
+                FROM unnest(ARRAY['notification_ledger', 'notification_archive', 'notification_deliveries']::regclass[]) t
+                """, logger: logger)
+            try await connection.query(
+                """
+                INSERT INTO notification_ledger (notification_uuid, routing_key, signed_date, first_seen_at, outcome)
+                SELECT s || '-' || i, s, now() - make_interval(mins => i), now() - make_interval(mins => i),
+                    CASE WHEN i % 7 = 0 THEN 'unchanged' ELSE 'applied' END
                 FROM unnest(\(ids)::text[]) s, generate_series(1, 70) i
                 """, logger: logger)
             try await connection.query(
                 """
-                INSERT INTO notification_archive (notification_uuid, notification_type, signed_date, environment, bundle_id, original_transaction_id, signed_payload,
-                    payload, source)
-                SELECT s || '-' || i, 'DID_RENEW', now() - make_interval(mins => i), 'Production', \(bundle), s, 'x.y.z', '{}'::jsonb, 'ingest'
+                INSERT INTO notification_archive (notification_uuid, routing_key, notification_type, signed_date, environment, bundle_id, original_transaction_id,
+                    signed_payload, payload, source)
+                SELECT s || '-' || i, s, 'DID_RENEW', now() - make_interval(mins => i), 'Production', \(bundle), s, 'x.y.z', '{}'::jsonb, 'ingest'
                 FROM unnest(\(ids)::text[]) s, generate_series(1, 70) i
                 """, logger: logger)
             try await connection.query(
                 """
-                INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, source, received_at)
-                SELECT 'bench-' || s, 0, i * 2 + d, s || '-' || i, 'ingest', now() - make_interval(mins => i)
+                INSERT INTO notification_deliveries (kafka_topic, kafka_partition, kafka_offset, notification_uuid, routing_key, signed_date, source, received_at)
+                SELECT 'bench-' || s, 0, i * 2 + d, s || '-' || i, s, now() - make_interval(mins => i), 'ingest', now() - make_interval(mins => i)
                 FROM unnest(\(ids)::text[]) s, generate_series(1, 70) i, generate_series(0, 1) d WHERE d = 0 OR i % 5 = 0
                 """, logger: logger)
             try await connection.query(

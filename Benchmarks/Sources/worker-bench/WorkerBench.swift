@@ -334,10 +334,10 @@ struct WorkerBench {
         for try await row in try await client.query(
             """
             SELECT (SELECT count(*)::int FROM notification_archive),
-                (pg_total_relation_size('notification_archive') + pg_total_relation_size('notification_ledger') + pg_total_relation_size('transactions')
+                ((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'notification_archive'::regclass) + (SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'notification_ledger'::regclass) + pg_total_relation_size('transactions')
                     + pg_total_relation_size('jws_headers'))::float8,
-                (pg_total_relation_size('legacy_notifications') + pg_total_relation_size('notification_ledger') + pg_total_relation_size('transactions'))::float8,
-                (pg_total_relation_size('notification_archive') + pg_total_relation_size('jws_headers'))::float8,
+                (pg_total_relation_size('legacy_notifications') + (SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'notification_ledger'::regclass) + pg_total_relation_size('transactions'))::float8,
+                ((SELECT sum(pg_total_relation_size(inhrelid)) FROM pg_inherits WHERE inhparent = 'notification_archive'::regclass) + pg_total_relation_size('jws_headers'))::float8,
                 pg_total_relation_size('legacy_notifications')::float8,
                 (SELECT count(*)::int FROM (SELECT * FROM notifications ORDER BY random() LIMIT 200) a
                     JOIN legacy_notifications l USING (notification_uuid) WHERE a.signed_payload = l.signed_payload)
