@@ -5,7 +5,8 @@ import PostgresNIO
 /// How long each database store keeps rows (docs/privacy.md lists every store, Kafka's too). Nil: kept.
 public struct RetentionPolicy: Sendable, Hashable {
     /// `ARCHIVE_RETENTION_DAYS` (default: kept; byte-exact JWSs may be needed for tax or disputes): archived
-    /// notifications and pulled records by when they were stored, with their deliveries. The dedupe ledger keeps
+    /// notifications and pulled records by when Apple signed them (the month partitions' key), with their
+    /// deliveries. The dedupe ledger keeps
     /// their UUIDs (no personal data), so a late duplicate stays a no-op.
     public var archiveDays: Int?
     /// `DEAD_LETTER_RECORD_RETENTION_DAYS` (28): the console's copies of dead letters (payload included) and
@@ -75,23 +76,7 @@ public struct RetentionStore: Sendable {
         var deleted: [String: Int] = [:]
         func cutoff(_ limit: Duration) -> Date { now.addingTimeInterval(-Double(limit.components.seconds)) }
         if let limit = RetentionPolicy.limit(days: policy.archiveDays) {
-            let before = cutoff(limit)
-            if dryRun {
-                deleted["notification_archive"] = try await count("SELECT count(*) FROM notification_archive WHERE stored_at < \(before)")
-            } else {
-                try await deleteInBatches(counting: ("notification_archive", "notification_deliveries"), into: &deleted) { [batchSize] in
-                    """
-                    WITH gone AS (
-                        DELETE FROM notification_archive WHERE notification_uuid = ANY(ARRAY(
-                            SELECT notification_uuid FROM notification_archive WHERE stored_at < \(before) ORDER BY stored_at LIMIT \(batchSize)))
-                        RETURNING notification_uuid
-                    ), deliveries AS (
-                        DELETE FROM notification_deliveries WHERE notification_uuid IN (SELECT notification_uuid FROM gone) RETURNING 1
-                    )
-                    SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM deliveries)::bigint
-                    """
-                }
-            }
+            try await pruneArchive(before: cutoff(limit), dryRun: dryRun, into: &deleted)
         }
         // The other stores: rows older than their column's cutoff (and `filter`), oldest first where the column is
         // indexed (`ordered`); the dead-letter re-drive log goes with the dead letters; of the outbox, only events
@@ -138,6 +123,38 @@ public struct RetentionStore: Sendable {
             }
         }
         return deleted
+    }
+
+    /// The archive and its deliveries signed before `before`: whole months are dropped (`PartitionMaintenance.drop`:
+    /// no row-by-row delete, no dead tuples, no lock on the writers above its `lock_timeout`), then the rest of the
+    /// month the cutoff falls in goes in batches. The ledger's months are kept (a late duplicate stays a no-op).
+    func pruneArchive(before: Date, dryRun: Bool, into deleted: inout [String: Int]) async throws {
+        if dryRun {
+            deleted["notification_archive"] = try await count("SELECT count(*) FROM notification_archive WHERE signed_date < \(before)")
+            deleted["notification_deliveries"] = try await count("SELECT count(*) FROM notification_deliveries WHERE signed_date < \(before)")
+            return
+        }
+        let maintenance = PartitionMaintenance(client: client, logger: logger)
+        for table in ["notification_deliveries", "notification_archive"] {
+            for partition in try await maintenance.partitions(of: table, endingBy: before) {
+                deleted[table, default: 0] += try await maintenance.rowCount(of: partition)
+                try await maintenance.drop(partition)
+            }
+        }
+        try await deleteInBatches(counting: ("notification_archive", "notification_deliveries"), into: &deleted) { [batchSize] in
+            """
+            WITH gone AS (
+                DELETE FROM notification_archive WHERE signed_date < \(before) AND (notification_uuid, routing_key, signed_date) IN (
+                    SELECT notification_uuid, routing_key, signed_date FROM notification_archive WHERE signed_date < \(before)
+                    ORDER BY signed_date LIMIT \(batchSize))
+                RETURNING notification_uuid, signed_date
+            ), deliveries AS (
+                DELETE FROM notification_deliveries d USING gone
+                WHERE d.signed_date < \(before) AND d.notification_uuid = gone.notification_uuid AND d.signed_date = gone.signed_date RETURNING 1
+            )
+            SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM deliveries)::bigint
+            """
+        }
     }
 
     func count(_ query: PostgresQuery) async throws -> Int {

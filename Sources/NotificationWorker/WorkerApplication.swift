@@ -72,9 +72,10 @@ package func buildWorkerServices(
         services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, maintenance] + healServices + [ops], worker: worker)
 }
 
-/// Every `RETENTION_INTERVAL`: the erasures RESCIND_CONSENT queued that are still waiting, then the retention job
-/// (`RetentionStore.prune`), by one worker of the group at a time (a session advisory lock; the others skip the
-/// round). The first round runs a minute after start, not during a rolling restart's rebalance.
+/// Every `RETENTION_INTERVAL`: the erasures RESCIND_CONSENT queued that are still waiting, the coming months'
+/// partitions (`PartitionMaintenance.createComing`, idempotent), then the retention job (`RetentionStore.prune`:
+/// whole months of the archive are dropped) by one worker of the group at a time (a session advisory lock; the
+/// others skip the round). The first round runs a minute after start, not during a rolling restart's rebalance.
 struct WorkerMaintenance: Service {
     let worker: NotificationWorker
     let retention: RetentionStore
@@ -90,6 +91,12 @@ struct WorkerMaintenance: Service {
         guard let interval else { return try await gracefulShutdown() }
         await repeatUntilGracefulShutdown(every: interval, firstAfter: min(interval, .seconds(60))) {
             await worker.runPendingErasures()
+            do {
+                // This month's and the next two months' partitions, ahead of the batches that need them.
+                try await PartitionMaintenance(client: retention.client, logger: logger).createComing()
+            } catch {
+                logger.warning("creating the coming months' partitions failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
+            }
             do {
                 let deleted = try await retention.client.withConnection { connection in
                     var locked = false

@@ -192,30 +192,54 @@ struct ErasureStoreTests: MintedSuite {
             for index in 0..<5 {
                 _ = try await store.store([], deadLettered: [DeadLetteredRecord(position: RecordPosition(topic: "t", partition: 2, offset: Int64(index)), errorCode: "x")])
             }
-            // Half the archive and three dead letters are old.
-            try await client.query(
-                """
-                UPDATE notification_archive SET stored_at = now() - interval '40 days'
-                WHERE notification_uuid IN (SELECT notification_uuid FROM notification_archive ORDER BY notification_uuid LIMIT \(a.count))
-                """, logger: Self.logger)
+            func count(_ sql: String) async throws -> Int {
+                var result = 0
+                for try await value in try await client.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(sql)"), logger: Self.logger).decode(Int64.self) {
+                    result = Int(value)
+                }
+                return result
+            }
+            // Three dead letters are old.
             try await client.query("UPDATE dead_lettered_records SET dead_lettered_at = now() - interval '40 days' WHERE original_offset < 3", logger: Self.logger)
-            var policy = RetentionPolicy()
-            policy.archiveDays = 30
             var retention = RetentionStore(client: client, logger: Self.logger)
             retention.batchSize = 2
-            let counted = try await retention.prune(policy, dryRun: true)
-            #expect(counted["notification_archive"] == a.count && counted["dead_lettered_records"] == 3)
-            let deleted = try await retention.prune(policy)
-            #expect(deleted["notification_archive"] == a.count, "\(deleted)")
-            #expect(deleted["notification_deliveries"] == a.count)
-            #expect(deleted["dead_lettered_records"] == 3)
-            var remaining = 0
-            for try await count in try await client.query("SELECT count(*) FROM notification_archive", logger: Self.logger).decode(Int64.self) { remaining = Int(count) }
-            #expect(remaining == b.count, "what is inside the retention stays")
-            var ledger = 0
-            for try await count in try await client.query("SELECT count(*) FROM notification_ledger", logger: Self.logger).decode(Int64.self) { ledger = Int(count) }
-            #expect(ledger == a.count + b.count, "the ledger keeps every UUID: a late duplicate stays a no-op")
-            #expect(try await retention.prune(policy).values.allSatisfy { $0 == 0 }, "a second run finds nothing")
+            var deadLetters = RetentionPolicy()
+            deadLetters.archiveDays = nil
+            #expect(try await retention.prune(deadLetters, dryRun: true)["dead_lettered_records"] == 3)
+            #expect(try await retention.prune(deadLetters)["dead_lettered_records"] == 3)
+
+            // The archive by signedDate: a cutoff inside the book's middle month, so whole months go as partitions
+            // and the rest of that month in batches.
+            var signedDates: [Date] = []
+            for try await date in try await client.query("SELECT signed_date FROM notification_archive ORDER BY signed_date", logger: Self.logger)
+                .decode(Date.self) { signedDates.append(date) }
+            let cutoff = signedDates[signedDates.count / 2]
+            let maintenance = PartitionMaintenance(client: client, logger: Self.logger)
+            let wholeMonths = try await maintenance.partitions(of: "notification_archive", endingBy: cutoff)
+            #expect(!wholeMonths.isEmpty, "the book spans months before the cutoff's")
+            let old = try await count("notification_archive WHERE signed_date < '\(ISO8601DateFormatter().string(from: cutoff))'")
+            let oldDeliveries = try await count("notification_deliveries WHERE signed_date < '\(ISO8601DateFormatter().string(from: cutoff))'")
+            let total = try await count("notification_archive")
+            var inWholeMonths = 0
+            for partition in wholeMonths { inWholeMonths += try await maintenance.rowCount(of: partition) }
+            #expect(old > 0 && old < total && old > inWholeMonths, "some old rows are in the cutoff's own month")
+            var policy = RetentionPolicy()
+            policy.archiveDays = 30
+            let now = cutoff.addingTimeInterval(30 * 86_400)
+            let counted = try await retention.prune(policy, now: now, dryRun: true)
+            #expect(counted["notification_archive"] == old && counted["notification_deliveries"] == oldDeliveries, "\(counted)")
+            let deleted = try await retention.prune(policy, now: now)
+            #expect(deleted["notification_archive"] == old, "\(deleted)")
+            #expect(deleted["notification_deliveries"] == oldDeliveries)
+            #expect(try await maintenance.partitions(of: "notification_archive").allSatisfy { $0.upperBound > cutoff }, "whole months were dropped")
+            #expect(try await maintenance.partitions(of: "notification_deliveries").allSatisfy { $0.upperBound > cutoff })
+            #expect(try await count("notification_archive") == total - old, "what is inside the retention stays")
+            #expect(try await count("notification_ledger") == a.count + b.count, "the ledger keeps every UUID: a late duplicate stays a no-op")
+            #expect(try await retention.prune(policy, now: now).values.allSatisfy { $0 == 0 }, "a second run finds nothing")
+            // A late duplicate of a dropped month is still a duplicate (the ledger kept it; the store, which had seen
+            // that month's partitions, finds them gone and creates them again).
+            #expect(try await store.store([a[0]]).duplicates == 1)
+            #expect(try await count("notification_deliveries") > 0)
             policy.archiveDays = nil
             let kept = try await retention.prune(policy, now: Date().addingTimeInterval(10 * 365 * 86_400))
             #expect(kept["notification_archive"] == nil, "the archive is kept by default")
