@@ -145,6 +145,7 @@ start_ingest() {
 start_ingest
 # The demo's Apple: a fake App Store Server API that mints its own API key and signing root for this run only.
 apple_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+rm -f "$stack/fake-apple-root.pem"  # the wait below must see this run's root, not the last run's
 nohup "$bin/fake-appstore-api" "$apple_port" "$stack/demo-appstore-key.p8" "$stack/fake-apple-root.pem" "${app%%:*}" \
     "http://127.0.0.1:$ingest_port/v2/notifications" >>"$stack/fake-appstore-api.log" 2>&1 &
 echo $! >"$stack/fake-appstore-api.pid"

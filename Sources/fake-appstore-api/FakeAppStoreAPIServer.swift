@@ -33,7 +33,8 @@ struct FakeAppStoreAPIServer {
             exit(1)
         }
         let authority = try TestCertificateAuthority()
-        try Data((try authority.rootCertificate.serializeAsPEM().pemString + "\n").utf8).write(to: URL(fileURLWithPath: rootOut))
+        // Atomically (a rename): the demo starts its workers once the file is there, and they must never read half of it.
+        try Data((try authority.rootCertificate.serializeAsPEM().pemString + "\n").utf8).write(to: URL(fileURLWithPath: rootOut), options: .atomic)
         let minter = NotificationMinter(chain: try authority.issueChain(), bundleId: bundleId)
         let fake = FakeAppStoreServerAPI(configuration: .init(
             keyId: keyId, issuerId: issuerId, publicKey: key.publicKey, bundleId: bundleId, environment: .production, ingestURL: ingestURL, minter: minter))
