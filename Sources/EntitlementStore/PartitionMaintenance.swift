@@ -31,18 +31,9 @@ public struct PartitionMaintenance: Sendable {
     /// Creates the partitions of this month and the next `months` months (UTC) of every notification table, so
     /// the usual batch finds its partition made (`TimePartitions` creates any other month on demand).
     public func createComing(months: Int = 2, now: Date = Date()) async throws {
-        let start = TimePartitions.monthStart(ofMilliseconds: Int64(now.timeIntervalSince1970 * 1000))
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC")!
-        let first = Date(timeIntervalSince1970: Double(start) / 1000)
-        let instants = (0...months).map { calendar.date(byAdding: .month, value: $0, to: first)! }
-        try await client.withConnection { connection in
-            for table in TimePartitions.notificationTables {
-                for instant in instants {
-                    try await connection.query("SELECT ensure_time_partition(\(table)::regclass, 'month', \(instant))", logger: logger)
-                }
-            }
-        }
+        let first = Date(timeIntervalSince1970: Double(TimePartitions.monthStart(ofMilliseconds: Int64(now.timeIntervalSince1970 * 1000))) / 1000)
+        let instants = (0...months).map { Int64(TimePartitions.utcCalendar.date(byAdding: .month, value: $0, to: first)!.timeIntervalSince1970 * 1000) }
+        try await TimePartitions().ensure(monthsOf: instants, client: client, logger: logger)
     }
 
     /// The partitions of `parent`, oldest first.

@@ -26,9 +26,14 @@ public final class TimePartitions: Sendable {
     public init() {}
 
     /// The first instant (ms, UTC) of the calendar month holding `milliseconds`.
-    static func monthStart(ofMilliseconds milliseconds: Int64) -> Int64 {
+    static let utcCalendar: Calendar = {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar
+    }()
+
+    static func monthStart(ofMilliseconds milliseconds: Int64) -> Int64 {
+        let calendar = utcCalendar
         let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
         let start = calendar.date(from: calendar.dateComponents([.year, .month], from: date))!
         return Int64((start.timeIntervalSince1970 * 1000).rounded())

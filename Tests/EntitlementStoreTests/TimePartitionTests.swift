@@ -62,6 +62,12 @@ struct TimePartitionTests: MintedSuite {
             let routingKey = try await Self.strings("SELECT routing_key FROM notification_ledger_2025_10", client)
             #expect(routingKey == [old.originalTransactionId], "the ledger's routing key is the Kafka key")
             #expect(try await store.store([record]).duplicates == 1)
+
+            // The maintenance round's months ahead: the month of `now` and the next two, in each table.
+            try await PartitionMaintenance(client: client, logger: Self.logger).createComing(now: TestDates.date("2027-11-20T08:00:00Z"))
+            let ahead = try await Self.strings(
+                "SELECT relname::text FROM pg_class WHERE relname ~ '^notification_ledger_(2027_1[12]|2028_0[12])$' ORDER BY 1", client)
+            #expect(ahead == ["notification_ledger_2027_11", "notification_ledger_2027_12", "notification_ledger_2028_01"])
         }
     }
 
