@@ -12,7 +12,7 @@ extension CustomerStore {
             INSERT INTO customer_purchases (purchase_key, environment, bundle_id, transaction_id, original_transaction_id, customer_id, policy, status)
             VALUES (\(purchase.purchaseKey), \(purchase.environment), \(purchase.bundleId), \(purchase.transactionId), \(purchase.originalTransactionId),
                 \(purchase.customerId), \(purchase.policy), 'pending')
-            ON CONFLICT (purchase_key) DO NOTHING
+            ON CONFLICT (purchase_key, original_transaction_id) DO NOTHING
             """,
             logger: logger)
         return try await self.purchase(key: purchase.purchaseKey) ?? purchase

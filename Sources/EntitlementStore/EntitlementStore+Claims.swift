@@ -108,7 +108,7 @@ extension EntitlementStore {
                 decision, applied_at)
             VALUES (\(purchaseKey), \(key.environment), \(key.bundleId), \(transaction.transactionId ?? ""), \(key.originalTransactionId), \(claim.customerId),
                 \(claim.policy.rawValue), \(decision.accepted ? "accepted" : "conflict"), \(decision.rawValue), now())
-            ON CONFLICT (purchase_key) DO UPDATE SET status = EXCLUDED.status, decision = EXCLUDED.decision, applied_at = EXCLUDED.applied_at
+            ON CONFLICT (purchase_key, original_transaction_id) DO UPDATE SET status = EXCLUDED.status, decision = EXCLUDED.decision, applied_at = EXCLUDED.applied_at
             """,
             logger: logger)
         return AppliedClaim(decision: decision, previousOwner: decision == .transferred ? owner : nil)

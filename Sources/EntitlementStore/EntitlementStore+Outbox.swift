@@ -65,7 +65,7 @@ extension EntitlementStore {
             AS r(event_id, event_type, source, subject, event_time, sequence, environment, bundle_id, original_transaction_id, traceparent, data,
             position)
         ORDER BY r.position
-        ON CONFLICT (event_id) DO NOTHING
+        ON CONFLICT (event_id, subject) DO NOTHING
         """
     }
 }

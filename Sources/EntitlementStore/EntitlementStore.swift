@@ -434,12 +434,12 @@ public struct EntitlementStore: Sendable {
         if !consumption.isEmpty {
             try await connection.query(
                 """
-                INSERT INTO consumption_requests (notification_uuid, environment, bundle_id, transaction_id, original_transaction_id, product_type, reason,
-                    requested_at, deadline)
-                SELECT r.notification_uuid, r.environment, r.bundle_id, r.transaction_id, r.original_transaction_id, r.product_type, r.reason,
+                INSERT INTO consumption_requests (notification_uuid, routing_key, environment, bundle_id, transaction_id, original_transaction_id, product_type,
+                    reason, requested_at, deadline)
+                SELECT r.notification_uuid, r.routing_key, r.environment, r.bundle_id, r.transaction_id, r.original_transaction_id, r.product_type, r.reason,
                     to_timestamp(r.requested_at / 1000.0), to_timestamp(r.requested_at / 1000.0) + interval '12 hours'
-                FROM jsonb_to_recordset(\(JSONValue.array(consumption).serialized)::jsonb) AS r(notification_uuid text, environment text, bundle_id text,
-                    transaction_id text, original_transaction_id text, product_type text, reason text, requested_at bigint)
+                FROM jsonb_to_recordset(\(JSONValue.array(consumption).serialized)::jsonb) AS r(notification_uuid text, routing_key text, environment text,
+                    bundle_id text, transaction_id text, original_transaction_id text, product_type text, reason text, requested_at bigint)
                 ORDER BY r.notification_uuid
                 ON CONFLICT DO NOTHING
                 """,
@@ -456,10 +456,10 @@ public struct EntitlementStore: Sendable {
         if !graces.isEmpty {
             try await connection.query(
                 """
-                INSERT INTO transaction_grace (transaction_id, grace_period_expires_at)
-                SELECT r.transaction_id, to_timestamp(r.grace / 1000.0)
-                FROM jsonb_to_recordset(\(JSONValue.array(graces).serialized)::jsonb) AS r(transaction_id text, grace bigint)
-                ON CONFLICT (transaction_id) DO UPDATE SET grace_period_expires_at = GREATEST(transaction_grace.grace_period_expires_at,
+                INSERT INTO transaction_grace (transaction_id, original_transaction_id, grace_period_expires_at)
+                SELECT r.transaction_id, r.original_transaction_id, to_timestamp(r.grace / 1000.0)
+                FROM jsonb_to_recordset(\(JSONValue.array(graces).serialized)::jsonb) AS r(transaction_id text, original_transaction_id text, grace bigint)
+                ON CONFLICT (transaction_id, original_transaction_id) DO UPDATE SET grace_period_expires_at = GREATEST(transaction_grace.grace_period_expires_at,
                     EXCLUDED.grace_period_expires_at)
                 """,
                 logger: logger)
@@ -694,17 +694,19 @@ public struct EntitlementStore: Sendable {
     /// The periods of `records` that Apple's renewal info puts in a grace period (its end after the period's
     /// expiry), one row per transaction with the latest grace end (one statement may not touch a key twice).
     static func graceRows(_ records: [StoredNotification]) -> [JSONValue] {
-        var latest: [String: Int64] = [:]
+        var latest: [String: (original: String, grace: Int64)] = [:]
         for record in records {
             guard let transaction = record.verified.transactionInfo?.model, let id = transaction.transactionId,
-                let expires = transaction.expiresDate?.millisecondsSince1970,
+                let original = transaction.originalTransactionId, let expires = transaction.expiresDate?.millisecondsSince1970,
                 let renewal = record.verified.renewalInfo?.model, renewal.originalTransactionId == transaction.originalTransactionId,
                 let grace = renewal.gracePeriodExpiresDate?.millisecondsSince1970, grace > expires
             else { continue }
-            latest[id] = max(latest[id] ?? grace, grace)
+            latest[id] = (original, max(latest[id]?.grace ?? grace, grace))
         }
-        return latest.sorted { String.precedesInByteOrder($0.key, $1.key) }.map { id, grace in
-            .object(JSONObject(["transaction_id": .string(id), "grace": .number(JSONNumber(grace))]))
+        return latest.sorted { String.precedesInByteOrder($0.key, $1.key) }.map { id, row in
+            .object(JSONObject([
+                "transaction_id": .string(id), "original_transaction_id": .string(row.original), "grace": .number(JSONNumber(row.grace)),
+            ]))
         }
     }
 
@@ -721,8 +723,8 @@ public struct EntitlementStore: Sendable {
             let transactionId = transaction.transactionId
         else { return nil }
         return .object(JSONObject([
-            "notification_uuid": .string(record.deduplicationKey), "environment": .string(verified.environment.rawValue), "bundle_id": .string(verified.bundleId),
-            "transaction_id": .string(transactionId), "original_transaction_id": text(transaction.originalTransactionId), "product_type": text(transaction.rawType),
+            "notification_uuid": .string(record.deduplicationKey), "routing_key": .string(record.routingKey),
+            "environment": .string(verified.environment.rawValue), "bundle_id": .string(verified.bundleId), "transaction_id": .string(transactionId), "original_transaction_id": text(transaction.originalTransactionId), "product_type": text(transaction.rawType),
             "reason": text(verified.payload.data?.rawConsumptionRequestReason), "requested_at": millis(verified.signedDate),
         ]))
     }
@@ -894,7 +896,7 @@ public struct EntitlementStore: Sendable {
             revocation_date bigint, revocation_reason integer, revocation_type text, price bigint, currency text,
             app_account_token text, ownership_type text, signed_date bigint, revocation_percentage integer,
             app_transaction_id text, payload jsonb)
-        ON CONFLICT (transaction_id) DO UPDATE SET
+        ON CONFLICT (transaction_id, original_transaction_id) DO UPDATE SET
             product_id = EXCLUDED.product_id, type = EXCLUDED.type, purchase_date = EXCLUDED.purchase_date,
             expires_date = EXCLUDED.expires_date, quantity = EXCLUDED.quantity, revocation_date = EXCLUDED.revocation_date,
             revocation_reason = EXCLUDED.revocation_reason, revocation_type = EXCLUDED.revocation_type, price = EXCLUDED.price,

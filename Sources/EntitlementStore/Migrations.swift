@@ -513,5 +513,6 @@ public enum Migrations {
         extensions,
         privacy,
         partitions,
+        routingKeys,
     ]
 }

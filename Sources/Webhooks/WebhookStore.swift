@@ -277,7 +277,7 @@ package struct WebhookStore: Sendable {
                 FROM jsonb_to_recordset(\(kept)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
                     kafka_partition int, kafka_offset bigint, body text, traceparent text)
                 WHERE NOT EXISTS (SELECT 1 FROM erased_events e WHERE e.event_id = r.event_id)
-                ON CONFLICT (endpoint_id, event_id) DO NOTHING
+                ON CONFLICT (endpoint_id, event_id, subject) DO NOTHING
                 RETURNING id
                 """,
                 logger: logger)
@@ -369,16 +369,16 @@ package struct WebhookStore: Sendable {
                     last_status = \(attempt.status), last_error = \(error), last_latency_ms = \(attempt.latencyMilliseconds), response_excerpt = \(excerpt),
                     finished_at = CASE WHEN \(status) = 'pending' THEN NULL ELSE now() END
                 WHERE id = \(delivery.id) AND lease_token = \(delivery.leaseToken) AND status = 'pending'
-                RETURNING id
+                RETURNING subject
                 """,
                 logger: logger)
-            var fenced = true
-            for try await _ in moved.decode(Int64.self) { fenced = false }
-            if fenced { return false }
+            var subject: String?
+            for try await moved in moved.decode(String.self) { subject = moved }
+            guard let subject else { return false }
             try await connection.query(
                 """
-                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, error, response_excerpt, trace_id)
-                VALUES (\(delivery.id), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt), \(attempt.traceId))
+                INSERT INTO webhook_attempts (delivery_id, subject, status, latency_ms, error, response_excerpt, trace_id)
+                VALUES (\(delivery.id), \(subject), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt), \(attempt.traceId))
                 """,
                 logger: logger)
             switch outcome {

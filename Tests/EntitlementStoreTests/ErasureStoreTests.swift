@@ -70,8 +70,8 @@ struct ErasureStoreTests: MintedSuite {
                 """, logger: Self.logger)
             try await client.query(
                 """
-                INSERT INTO webhook_attempts (delivery_id, status, latency_ms, response_excerpt)
-                SELECT id, 200, 5, 'ok ' || subject FROM webhook_deliveries
+                INSERT INTO webhook_attempts (delivery_id, subject, status, latency_ms, response_excerpt)
+                SELECT id, subject, 200, 5, 'ok ' || subject FROM webhook_deliveries
                 """, logger: Self.logger)
             var letter = DeadLetteredRecord(
                 position: RecordPosition(topic: "t", partition: 1, offset: 1), errorCode: "signatureInvalid", reason: "test",
@@ -260,8 +260,8 @@ struct ErasureStoreTests: MintedSuite {
                         INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, status,
                             created_at, finished_at)
                         VALUES ('we_1', 'ev_\(index)', 'subscription.renewed', '1000', now(), 0, \(index), '{}', '\(status)', now() - interval '\(age)', \(finished))
-                        RETURNING id)
-                    INSERT INTO webhook_attempts (delivery_id, latency_ms) SELECT id, 5 FROM d CROSS JOIN generate_series(1, 2)
+                        RETURNING id, subject)
+                    INSERT INTO webhook_attempts (delivery_id, subject, latency_ms) SELECT id, subject, 5 FROM d CROSS JOIN generate_series(1, 2)
                     """), logger: Self.logger)
             }
             // Three published events aged 10 days, one published today, one never published (aged 10 days).

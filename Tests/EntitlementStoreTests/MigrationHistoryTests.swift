@@ -24,6 +24,7 @@ struct MigrationHistoryTests {
         13: "2f657e56b0c0637c", 14: "3b2dc20b4e1617cc", 15: "d5fabda6769ad1a9", 16: "b9c00e4d5ab56e8",
         17: "efb860e3f5b756ea", 18: "72dbb0117b03b61f", 19: "e7f4de30aa2b23a1", 20: "ddfe7b56b97e9005",
         21: "ce9ebf5ebe6bf967",
+        22: "42e19ebbf19435c7",
     ]
 
     @Test("every released migration's SQL is the text deployments ran; versions are 1…N without a gap")

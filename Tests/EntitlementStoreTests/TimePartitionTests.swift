@@ -100,7 +100,7 @@ struct TimePartitionTests: MintedSuite {
                 """, logger: Self.logger)
 
             let store = EntitlementStore(client: client, logger: Self.logger)
-            #expect(try await store.migrate() == [21])
+            #expect(try await store.migrate() == Migrations.all.map(\.version).filter { $0 > 20 })
             #expect(try await Self.strings("SELECT routing_key FROM notification_ledger WHERE notification_uuid = '\(first.deduplicationKey)'", client)
                 == [first.deduplicationKey], "the copy's routing key differs from the worker's: \(first.routingKey)")
             #expect(first.routingKey != first.deduplicationKey)
