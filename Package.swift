@@ -34,7 +34,7 @@ let package = Package(
     // path dependency on this one) and other tools, the API client, two services and the test material.
     products: [
         "AppStoreNotifications", "KafkaClient", "EntitlementStore", "EntitlementEvents", "AppStoreServerAPI", "AppStoreServerAPIModels",
-        "CustomerAPI", "Console", "SubscriptionMetrics", "TestSupport", "TestSigning",
+        "CustomerAPI", "Console", "SubscriptionMetrics", "TestSupport", "TestSigning", "BookSeeding",
     ].map { Product.library(name: $0, targets: [$0]) } + [
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),
@@ -256,6 +256,8 @@ let package = Package(
             dependencies: ["AppStoreNotifications", "EntitlementStore", "TestGates", "TestSigning", "TestSupport", logging, postgresNIO]
         ),
         .target(name: "TestGates", dependencies: ["TestSupport"]),
+        // The synthetic book through the worker's store path (docs/scale.md): the seed tool and its test.
+        .target(name: "BookSeeding", dependencies: ["AppStoreNotifications", "EntitlementStore", "TestSigning", logging, postgresNIO]),
         .target(
             name: "BrokerTestSupport",
             dependencies: ["KafkaClient", "TestGates", "TestSupport", logging]
@@ -278,7 +280,7 @@ let package = Package(
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "ServiceRuntime", "TestGates", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "BookSeeding", "ServiceRuntime", "TestGates", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",

@@ -24,6 +24,7 @@ let programs: [(String, [Target.Dependency])] = [
     ("ingest-bench", pipeline("AppStoreNotifications", "TestSupport")),
     ("kafka-bench", pipeline("KafkaClient", "TestSupport") + [.product(name: "Logging", package: "swift-log")]),
     ("metrics-bench", pipeline("EntitlementStore", "SubscriptionMetrics", "TestSupport") + postgresAndLogging),
+    ("seed-book", pipeline("BookSeeding", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("erasure-bench", pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "Console", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
     ("customer-api-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),

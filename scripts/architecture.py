@@ -29,7 +29,7 @@ LAYERS = [
                                "Webhooks", "Console", "PipelineOperations"]),
     ("executables", ["ingest", "worker", "customer-api", "webhooks", "console", "pipelinectl", "fake-appstore-api",
                      "demo-notifications"]),
-    ("test material", ["TestSigning", "TestSupport", "TestGates", "BrokerTestSupport", "StoreTestSupport", "PipelineTestSupport"]),
+    ("test material", ["TestSigning", "BookSeeding", "TestSupport", "TestGates", "BrokerTestSupport", "StoreTestSupport", "PipelineTestSupport"]),
 ]
 
 

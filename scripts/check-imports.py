@@ -104,6 +104,14 @@ def main():
                     continue
                 if not (names & words):
                     unused.append(f"{os.path.relpath(path, ROOT)}: import {module} is not used")
+    # The core library's `BookSeeding` SPI takes a payload as verified without checking it: only the seed tool's
+    # module may import it (docs/scale.md, "A synthetic book"); a service that did would skip verification.
+    for directory in (SOURCES, TESTS, os.path.join(ROOT, "Benchmarks", "Sources")):
+        for path in sorted(swift_files(directory)):
+            if os.path.relpath(path, SOURCES).startswith("BookSeeding" + os.sep):
+                continue
+            if re.search(r"^\s*@_spi\(BookSeeding\)\s+import", open(path, encoding="utf-8").read(), re.M):
+                unused.append(f"{os.path.relpath(path, ROOT)}: only Sources/BookSeeding may import the BookSeeding SPI")
     for line in unused:
         print(line)
     if unused:

@@ -68,6 +68,8 @@ public struct NotificationMinter: Sendable {
         public var appTransactionId: String?
         /// Fields added to the renewal info as they are (its `commitmentInfo`, `advancedCommerceInfo`, `renewalBillingPlanType`).
         public var renewalExtras: JSONObject?
+        /// The transaction's webOrderLineItemId; nil: the transaction id reversed.
+        public var webOrderLineItemId: String?
 
         public init(
             notificationType: String, subtype: String? = nil, notificationUUID: String, signedDate: Int64,
@@ -117,7 +119,7 @@ public struct NotificationMinter: Sendable {
         var transaction = JSONObject([
             "transactionId": .string(event.transactionId),
             "originalTransactionId": .string(event.originalTransactionId),
-            "webOrderLineItemId": .string(String(event.transactionId.reversed())),
+            "webOrderLineItemId": .string(event.webOrderLineItemId ?? String(event.transactionId.reversed())),
             "bundleId": .string(bundleId),
             "productId": .string(event.productId),
             "subscriptionGroupIdentifier": .string("21000001"),
@@ -187,15 +189,21 @@ public struct NotificationMinter: Sendable {
 
     /// The decoded outer notification of `event`, with its nested JWSs signed.
     public func payload(_ event: SubscriptionEvent) -> JSONObject {
+        payload(event, nestedJWS: { chain.sign($0) })
+    }
+
+    /// The decoded outer notification of `event`, each nested JWS made by `nestedJWS` (the seed tool's unsigned
+    /// ones: the same header and payload, a constant signature).
+    public func payload(_ event: SubscriptionEvent, nestedJWS: (JSONObject) -> String) -> JSONObject {
         var data = JSONObject([
             "appAppleId": number(appAppleId),
             "bundleId": .string(bundleId),
             "bundleVersion": .string("412"),
             "environment": .string(environment.rawValue),
-            "signedTransactionInfo": .string(chain.sign(transaction(event))),
+            "signedTransactionInfo": .string(nestedJWS(transaction(event))),
         ])
         if event.productType == "Auto-Renewable Subscription" {
-            if event.includesRenewalInfo { data["signedRenewalInfo"] = .string(chain.sign(renewalInfo(event))) }
+            if event.includesRenewalInfo { data["signedRenewalInfo"] = .string(nestedJWS(renewalInfo(event))) }
             if event.includesStatus { data["status"] = number(Int64(event.status)) }
         }
         var payload = JSONObject([

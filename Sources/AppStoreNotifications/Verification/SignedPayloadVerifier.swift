@@ -442,3 +442,27 @@ extension SignedPayloadVerifier {
         try parse(jws).payload.count
     }
 }
+
+// MARK: - Book seeding (dev tool, never the pipeline's path)
+
+extension VerifiedPayload {
+    /// A payload taken as verified without a signature check: only for writing a synthetic book of our own
+    /// making straight into a database (the seed tool), where every row must be what the worker would write.
+    @_spi(BookSeeding)
+    public init(unverifiedModel model: Model, json: JSONObject, signedDate: Timestamp) {
+        self.init(model: model, json: json, signedDate: signedDate)
+    }
+}
+
+extension VerifiedNotification {
+    /// A notification taken as verified without a signature check (see `VerifiedPayload.init(unverifiedModel:)`).
+    @_spi(BookSeeding)
+    public init(
+        unverified payload: ResponseBodyV2DecodedPayload, json: JSONObject, bundleId: String, environment: Environment,
+        transactionInfo: VerifiedPayload<JWSTransactionDecodedPayload>?, renewalInfo: VerifiedPayload<JWSRenewalInfoDecodedPayload>?
+    ) {
+        self.init(
+            payload: payload, json: json, signedDate: payload.signedDate ?? Timestamp(millisecondsSince1970: 0), bundleId: bundleId,
+            environment: environment, transactionInfo: transactionInfo, renewalInfo: renewalInfo, appTransactionInfo: nil)
+    }
+}
