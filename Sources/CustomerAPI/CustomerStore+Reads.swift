@@ -52,7 +52,7 @@ public struct CustomerTransactionRow: Sendable, Hashable {
 /// `appAccountToken` (compared in lower case); family-shared rows (which never carry a token) belong to the customer
 /// whose own rows share their `app_transaction_id` (Apple's id of one Apple Account's download of the app).
 extension CustomerStore {
-    private static var subscriptionColumns: String { """
+    static var subscriptionColumns: String { """
         e.original_transaction_id, e.environment, e.product_id, e.subscription_group_id, e.status, e.is_active, e.expires_at, e.auto_renew_status,
         e.auto_renew_product_id, e.grace_period_expires_at, e.billing_issue_since, e.revocation_date, e.ownership_type,
         coalesce(o.customer_id, lower(e.app_account_token)), e.app_account_token, e.app_transaction_id, e.event_sequence, e.contradiction,
@@ -63,44 +63,13 @@ extension CustomerStore {
     /// Every subscription of `customerId` in `bundleId` (and the family-shared ones linked to them), newest first.
     /// Candidates come from indexes only (`customer_ownership` by customer, `entitlements` by lower-case token),
     /// then the owner rule is applied to them: no scan of the table, whatever its size (0.9 ms against 12.9 ms for
-    /// the coalesce over every row, measured on 7 320 rows; docs/customer-api.md).
+    /// the coalesce over every row, measured on 7 320 rows; docs/customer-api.md). A prepared statement
+    /// (`CustomerSubscriptionsStatement`): planned once per connection.
     public func customerSubscriptions(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerSubscriptionRow] {
-        try await selectSubscriptions(
-            """
-            WITH candidates AS (
-                SELECT o.environment, o.original_transaction_id FROM customer_ownership o WHERE o.bundle_id = \(bundleId) AND o.customer_id = \(customerId)
-                UNION
-                SELECT e.environment, e.original_transaction_id FROM entitlements e
-                WHERE e.bundle_id = \(bundleId) AND lower(e.app_account_token) = \(customerId) AND e.app_account_token IS NOT NULL
-            ), owned AS (
-                SELECT e.environment, e.original_transaction_id, e.app_transaction_id FROM candidates k
-                JOIN entitlements e ON e.environment = k.environment AND e.bundle_id = \(bundleId) AND e.original_transaction_id = k.original_transaction_id
-                LEFT JOIN customer_ownership o
-                    ON o.environment = k.environment AND o.bundle_id = \(bundleId) AND o.original_transaction_id = k.original_transaction_id
-                WHERE coalesce(o.customer_id, lower(e.app_account_token)) = \(customerId)
-            ), own_apps AS (
-                -- The member's app transactions: of their subscriptions, and of their own one-time purchases (a member
-                -- whose only own rows are consumables still owns the family-shared subscription of their download).
-                SELECT app_transaction_id FROM owned WHERE app_transaction_id IS NOT NULL
-                UNION
-                SELECT t.app_transaction_id FROM transactions t
-                WHERE t.bundle_id = \(bundleId) AND lower(t.app_account_token) = \(customerId) AND t.app_account_token IS NOT NULL
-                    AND t.app_transaction_id IS NOT NULL
-            ), family AS (
-                SELECT e.environment, e.original_transaction_id FROM entitlements e
-                LEFT JOIN customer_ownership o
-                    ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
-                WHERE e.app_transaction_id IN (SELECT app_transaction_id FROM own_apps)
-                    AND e.bundle_id = \(bundleId) AND e.app_account_token IS NULL AND o.customer_id IS NULL
-            ), wanted AS (
-                SELECT environment, original_transaction_id FROM owned UNION SELECT environment, original_transaction_id FROM family
-            )
-            SELECT \(unescaped: Self.subscriptionColumns) FROM wanted w
-            JOIN entitlements_now e ON e.environment = w.environment AND e.bundle_id = \(bundleId) AND e.original_transaction_id = w.original_transaction_id
-            LEFT JOIN customer_ownership o ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
-            WHERE (\(environment)::text IS NULL OR e.environment = \(environment)::text)
-            ORDER BY e.last_signed_date DESC, e.original_transaction_id
-            """)
+        var result: [CustomerSubscriptionRow] = []
+        let statement = CustomerSubscriptionsStatement(bundleId: bundleId, customerId: customerId, environment: environment)
+        for try await row in try await client.execute(statement, logger: logger) { result.append(row) }
+        return result
     }
 
     /// The subscription `originalTransactionId` of `bundleId`, one row per environment it exists in.
@@ -117,49 +86,36 @@ extension CustomerStore {
 
     private func selectSubscriptions(_ query: PostgresQuery) async throws -> [CustomerSubscriptionRow] {
         var result: [CustomerSubscriptionRow] = []
-        let rows = try await client.query(query, logger: logger)
-        for try await row in rows {
+        for try await row in try await client.query(query, logger: logger) { result.append(try Self.subscriptionRow(row)) }
+        return result
+    }
+
+    static func subscriptionRow(_ row: PostgresRow) throws -> CustomerSubscriptionRow {
             let c = row.makeRandomAccess()
-            result.append(CustomerSubscriptionRow(
+            return CustomerSubscriptionRow(
                 originalTransactionId: try c[0].decode(String.self), environment: try c[1].decode(String.self), productId: try c[2].decode(String?.self),
                 subscriptionGroupId: try c[3].decode(String?.self), status: try c[4].decode(String.self), isActive: try c[5].decode(Bool.self),
                 expiresAt: try c[6].decode(Date?.self), autoRenewStatus: try c[7].decode(Int?.self), autoRenewProductId: try c[8].decode(String?.self),
                 gracePeriodExpiresAt: try c[9].decode(Date?.self), billingIssueSince: try c[10].decode(Date?.self), revocationDate: try c[11].decode(Date?.self),
                 ownershipType: try c[12].decode(String?.self), customerId: try c[13].decode(String?.self), appAccountToken: try c[14].decode(String?.self),
                 appTransactionId: try c[15].decode(String?.self), sequence: try c[16].decode(Int64?.self), contradiction: try c[17].decode(String?.self),
-                lastNotificationType: try c[18].decode(String.self), lastSignedDate: try c[19].decode(Date.self)))
-        }
-        return result
+                lastNotificationType: try c[18].decode(String.self), lastSignedDate: try c[19].decode(Date.self))
     }
 
-    private static var transactionColumns: String { """
+    static var transactionColumns: String { """
         t.transaction_id, t.original_transaction_id, t.environment, t.product_id, t.type, t.purchase_date, t.expires_date, t.revocation_date,
         t.revocation_reason, t.ownership_type, t.app_account_token, coalesce(o.customer_id, lower(t.app_account_token), lower(e.app_account_token)),
         t.signed_date, (t.revocation_date IS NULL AND (t.expires_date IS NULL OR t.expires_date > now()))
         """
     }
 
-    /// The one-time purchases (consumables, non-consumables, non-renewing subscriptions) of `customerId`.
+    /// The one-time purchases (consumables, non-consumables, non-renewing subscriptions) of `customerId`. A prepared
+    /// statement (`CustomerOneTimePurchasesStatement`).
     public func customerOneTimePurchases(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerTransactionRow] {
-        try await selectTransactions(
-            """
-            WITH candidates AS (
-                SELECT t.transaction_id FROM transactions t
-                WHERE t.bundle_id = \(bundleId) AND lower(t.app_account_token) = \(customerId) AND t.app_account_token IS NOT NULL
-                UNION
-                SELECT t.transaction_id FROM customer_ownership o
-                JOIN transactions t ON t.original_transaction_id = o.original_transaction_id AND t.environment = o.environment AND t.bundle_id = o.bundle_id
-                WHERE o.bundle_id = \(bundleId) AND o.customer_id = \(customerId)
-            )
-            SELECT \(unescaped: Self.transactionColumns) FROM candidates k
-            JOIN transactions t ON t.transaction_id = k.transaction_id
-            LEFT JOIN customer_ownership o USING (environment, bundle_id, original_transaction_id)
-            LEFT JOIN entitlements e USING (environment, bundle_id, original_transaction_id)
-            WHERE t.type IS DISTINCT FROM 'Auto-Renewable Subscription'
-                AND (\(environment)::text IS NULL OR t.environment = \(environment)::text)
-                AND coalesce(o.customer_id, lower(t.app_account_token)) = \(customerId)
-            ORDER BY t.purchase_date DESC NULLS LAST, t.transaction_id
-            """)
+        var result: [CustomerTransactionRow] = []
+        let statement = CustomerOneTimePurchasesStatement(bundleId: bundleId, customerId: customerId, environment: environment)
+        for try await row in try await client.execute(statement, logger: logger) { result.append(row) }
+        return result
     }
 
     /// The transactions of `bundleId` with these ids (any environment unless one is given).
@@ -191,16 +147,17 @@ extension CustomerStore {
 
     private func selectTransactions(_ query: PostgresQuery) async throws -> [CustomerTransactionRow] {
         var result: [CustomerTransactionRow] = []
-        let rows = try await client.query(query, logger: logger)
-        for try await row in rows {
+        for try await row in try await client.query(query, logger: logger) { result.append(try Self.transactionRow(row)) }
+        return result
+    }
+
+    static func transactionRow(_ row: PostgresRow) throws -> CustomerTransactionRow {
             let c = row.makeRandomAccess()
-            result.append(CustomerTransactionRow(
+            return CustomerTransactionRow(
                 transactionId: try c[0].decode(String.self), originalTransactionId: try c[1].decode(String.self), environment: try c[2].decode(String.self),
                 productId: try c[3].decode(String?.self), type: try c[4].decode(String?.self), purchaseDate: try c[5].decode(Date?.self),
                 expiresDate: try c[6].decode(Date?.self), revocationDate: try c[7].decode(Date?.self), revocationReason: try c[8].decode(Int?.self),
                 ownershipType: try c[9].decode(String?.self), appAccountToken: try c[10].decode(String?.self), customerId: try c[11].decode(String?.self),
-                signedDate: try c[12].decode(Date.self), isActive: try c[13].decode(Bool.self)))
-        }
-        return result
+                signedDate: try c[12].decode(Date.self), isActive: try c[13].decode(Bool.self))
     }
 }

@@ -43,11 +43,17 @@ public final class BenchStack: @unchecked Sendable {
         let admin = try KafkaAdminClient(configuration: kafka, logger: logger)
         _ = try await admin.createTopics([.init(name: topic, partitions: 4), .init(name: topic + ".dead-letter", partitions: 1), .init(name: topic + ".events", partitions: 4)])
         await admin.close()
-        let database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
-        let postgres = PostgresClient(configuration: try .init(url: postgresURL), backgroundLogger: logger)
-        let postgresRunning = Task { await postgres.run() }
-        _ = try await postgres.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
-        postgresRunning.cancel()
+        // BENCH_DATABASE: a book seeded before (`seed-book`), to measure on it; else a new, empty database.
+        let database: String
+        if let book = ProcessInfo.processInfo.environment["BENCH_DATABASE"], !book.isEmpty {
+            database = book
+        } else {
+            database = "bench_\(UUID().uuidString.prefix(8).lowercased())"
+            let postgres = PostgresClient(configuration: try .init(url: postgresURL), backgroundLogger: logger)
+            let postgresRunning = Task { await postgres.run() }
+            _ = try await postgres.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger)
+            postgresRunning.cancel()
+        }
         databaseURL = String(postgresURL[..<postgresURL.lastIndex(of: "/")!]) + "/" + database
         shared = [
             "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "NOTIFICATIONS_TOPIC": topic, "POSTGRES_URL": databaseURL, "APPS": "\(minter.bundleId):\(minter.appAppleId)",

@@ -29,6 +29,8 @@ struct CustomerAPIBench {
         // The worker migrates at start; the API's readiness waits for the schema.
         let api = try await stack.start("customer-api", [
             "CUSTOMER_API_HOST": "127.0.0.1", "CUSTOMER_API_PORT": String(apiPort), "CUSTOMER_API_OPS_PORT": String(opsPort),
+            // The read benchmark is one key asking as fast as it can: the per-key limit (429 over 50/s) is off.
+            "CUSTOMER_API_RATE_LIMIT": "0",
         ], opsPort: opsPort)
         let key = APIKeySecret.generate()
         let store = PostgresClient(configuration: try .init(url: stack.databaseURL), backgroundLogger: logger)
