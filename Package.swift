@@ -89,7 +89,7 @@ let package = Package(
         // MARK: - PostgreSQL: migrations, dedupe ledger, entitlement and transaction upserts
         .target(
             name: "EntitlementStore",
-            dependencies: ["AppStoreNotifications", "PipelineConfiguration", crypto, postgresNIO, logging]
+            dependencies: ["AppStoreNotifications", "PipelineConfiguration", crypto, postgresNIO, logging, metrics, serviceLifecycle]
         ),
         // MARK: - Apple's App Store Server API: its answers' models (pure: the fuzz targets link them), and the client
         // (JWT auth, typed errors, retries, rate limits)

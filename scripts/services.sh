@@ -9,6 +9,12 @@
 #                               exit 0 when this checkout's service (or one named by the environment) is up
 #   scripts/services.sh env     print `export` lines: KAFKA_BOOTSTRAP_SERVERS, POSTGRES_URL, LD_LIBRARY_PATH, ...
 #   scripts/services.sh status  say what runs where
+#   scripts/services.sh replica up|stop|start|down
+#                               a PostgreSQL streaming standby of the local primary on loopback (pg_basebackup, a
+#                               replication slot, hot_standby), for reads (POSTGRES_READ_URL, docs/scale.md); `up` also
+#                               starts it when PIPELINE_POSTGRES_REPLICA=1. PIPELINE_REPLICA_APPLY_DELAY (for example
+#                               500ms) sets its recovery_min_apply_delay. `stop` stops its server and keeps its data
+#                               (a replica that went down), `start` starts it again, `down` removes it and its slot
 #
 # If KAFKA_BOOTSTRAP_SERVERS or POSTGRES_URL is already set (your own Kafka or PostgreSQL), that service is
 # used as it is and nothing is started for it.
@@ -69,6 +75,77 @@ postgres_up() {
     log "PostgreSQL on 127.0.0.1:$port (data in $data)"
 }
 
+# The standby: a copy of the primary taken with pg_basebackup (-R writes standby.signal and primary_conninfo, -C -S
+# creates the replication slot that keeps the WAL it has not replayed), in the primary's directory, on its own port.
+# Off unless asked: the demo and most tests read from the primary.
+replica_data() { echo "$(cat "$state/postgres.dir")/replica"; }
+replica_start() {
+    local data port delay=${PIPELINE_REPLICA_APPLY_DELAY:-0}
+    data=$(replica_data)
+    port=$(cat "$state/replica.port")
+    as_postgres "$pg_bin/pg_ctl" -D "$data" status >/dev/null 2>&1 && return
+    # The server outlives this script: it must not inherit the caller's descriptors (a test that waits for this
+    # script's output, or for its exit through a descriptor, would wait for the server instead).
+    (
+        for fd in $(ls /proc/$BASHPID/fd); do ((fd > 2)) && eval "exec $fd>&-" 2>/dev/null || true; done
+        as_postgres "$pg_bin/pg_ctl" -D "$data" -l "$data/../replica.log" -w -t 60 -o \
+            "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$(cat "$state/postgres.dir")/sockets -c hot_standby=on -c fsync=off -c max_connections=200 -c recovery_min_apply_delay=$delay -c hot_standby_feedback=on" \
+            start >/dev/null 2>&1
+    ) || fail "the PostgreSQL standby did not start on 127.0.0.1:$port" "$data/../replica.log"
+    echo "postgres://postgres@127.0.0.1:$port/pipeline" >"$state/replica.url"
+    log "PostgreSQL standby on 127.0.0.1:$port (recovery_min_apply_delay=$delay, data in $data)"
+}
+replica_up() {
+    [[ -f $state/postgres.dir && -f $state/postgres.url ]] || fail "the standby copies this checkout's PostgreSQL: run scripts/services.sh up first"
+    local data primary
+    data=$(replica_data)
+    primary=$(cat "$state/postgres.url")
+    if [[ ! -f $data/PG_VERSION ]]; then
+        local hostport=${primary#postgres://postgres@}
+        hostport=${hostport%%/*}
+        as_postgres rm -rf "$data"
+        # A slot left by an earlier standby of this primary is dropped first (its WAL is not needed any more).
+        as_postgres "$pg_bin/psql" -h "${hostport%%:*}" -p "${hostport##*:}" -U postgres -d postgres -qAtc \
+            "SELECT pg_drop_replication_slot('pipeline_replica') FROM pg_replication_slots WHERE slot_name = 'pipeline_replica'" >/dev/null \
+            || fail "could not reach the primary at $hostport to copy it"
+        as_postgres "$pg_bin/pg_basebackup" -h "${hostport%%:*}" -p "${hostport##*:}" -U postgres -D "$data" -R -C -S pipeline_replica --checkpoint=fast \
+            -X stream --no-sync >"$(cat "$state/postgres.dir")/basebackup.log" 2>&1 \
+            || fail "pg_basebackup could not copy the primary" "$(cat "$state/postgres.dir")/basebackup.log"
+        free_port >"$state/replica.port"
+    fi
+    [[ -f $state/replica.port ]] || free_port >"$state/replica.port"
+    replica_start
+}
+replica_stop() {
+    [[ -f $state/postgres.dir ]] || return 0
+    local data
+    data=$(replica_data)
+    [[ -f $data/postmaster.pid ]] && as_postgres "$pg_bin/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -f "$state/replica.url"
+    log "PostgreSQL standby stopped at once, as a crash (its data kept: scripts/services.sh replica start)"
+}
+replica_down() {
+    replica_stop
+    if [[ -f $state/postgres.url ]] && running postgres; then
+        local hostport
+        hostport=$(cat "$state/postgres.url"); hostport=${hostport#postgres://postgres@}; hostport=${hostport%%/*}
+        as_postgres "$pg_bin/psql" -h "${hostport%%:*}" -p "${hostport##*:}" -U postgres -d postgres -qAtc \
+            "SELECT pg_drop_replication_slot('pipeline_replica') FROM pg_replication_slots WHERE slot_name = 'pipeline_replica' AND NOT active" >/dev/null || true
+    fi
+    [[ -f $state/postgres.dir ]] && as_postgres rm -rf "$(replica_data)"
+    rm -f "$state/replica.port" "$state/replica.url"
+    log "PostgreSQL standby removed"
+}
+replica() {
+    case "${1:-}" in
+    up) replica_up; print_env ;;
+    start) [[ -d $(replica_data) ]] || fail "no standby to start: scripts/services.sh replica up"; replica_start ;;
+    stop) replica_stop ;;
+    down) replica_down ;;
+    *) echo "usage: $0 replica up|stop|start|down" >&2; exit 2 ;;
+    esac
+}
+
 kafka_up() {
     [[ -n ${KAFKA_BOOTSTRAP_SERVERS:-} && ! -f $state/kafka.bootstrap ]] && { log "using KAFKA_BOOTSTRAP_SERVERS from the environment"; return; }
     alive "$state/tansu.pid" && return
@@ -91,6 +168,8 @@ kafka_up() {
 }
 
 postgres_down() {
+    [[ -f $state/postgres.dir && -f $(replica_data)/postmaster.pid ]] && as_postgres "$pg_bin/pg_ctl" -D "$(replica_data)" -m immediate stop >/dev/null 2>&1 || true
+    rm -f "$state/replica.port" "$state/replica.url"
     if [[ -f $state/postgres.dir ]]; then
         local dir
         dir=$(cat "$state/postgres.dir")
@@ -149,6 +228,8 @@ print_env() {
     [[ -f $state/postgres.url ]] && url=$(cat "$state/postgres.url")
     echo "export KAFKA_BOOTSTRAP_SERVERS=$bootstrap"
     echo "export POSTGRES_URL=$url"
+    # The standby, when one runs (scripts/services.sh replica up): reads go there (docs/scale.md).
+    [[ -f $state/replica.url ]] && echo "export POSTGRES_READ_URL=$(cat "$state/replica.url")"
     # librdkafka >= 2.2 from the confluent-kafka wheel (Debian's 2.0.2 cannot talk to tansu).
     echo "export LD_LIBRARY_PATH=$venv/librdkafka\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
     echo "export PIPELINE_TANSU_BIN=$tansu_bin"
@@ -158,10 +239,11 @@ print_env() {
 }
 
 case "${1:-}" in
-up) postgres_up; kafka_up; print_env ;;
+up) postgres_up; kafka_up; [[ ${PIPELINE_POSTGRES_REPLICA:-0} == 1 ]] && replica_up; print_env ;;
+replica) replica "${2:-}" ;;
 down) down "${2:-all}" ;;
 running) running "${2:-}" ;;
 env) print_env ;;
 status) print_env; alive "$state/tansu.pid" && log "tansu running" || log "tansu not running" ;;
-*) echo "usage: $0 up|down [postgres|kafka]|running postgres|kafka|env|status" >&2; exit 2 ;;
+*) echo "usage: $0 up|down [postgres|kafka]|running postgres|kafka|replica up|stop|start|down|env|status" >&2; exit 2 ;;
 esac

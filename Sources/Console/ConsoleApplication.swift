@@ -9,7 +9,8 @@ import ServiceLifecycle
 import ServiceRuntime
 import SharedSettings
 
-/// Builds the console's services, in start order (a ServiceGroup stops them in reverse): the PostgreSQL pool, a producer to the notifications topic (re-drives and reconcile
+/// Builds the console's services, in start order (a ServiceGroup stops them in reverse): the PostgreSQL pool (and the
+/// pages' replicas, `POSTGRES_READ_URL`), a producer to the notifications topic (re-drives and reconcile
 /// snapshots go through the workers like every record), the App Store clients when `APPSTORE_*` is set (reconcile),
 /// the pages' server and the ops server (`/health/ready`: PostgreSQL answers with the schema current).
 public func buildConsoleServices(configuration: ConsoleConfiguration, registry: PrometheusCollectorRegistry, logger: Logger) throws -> [any Service] {
@@ -23,8 +24,9 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     let actions = ConsoleActions(
         producer: producer, topic: shared.topic, deadLetterTopic: shared.deadLetterTopic, appStore: appStore, entitlements: entitlements, logger: logger)
     let metrics = ConsoleMetrics(registry: registry)
+    let reads = try configuration.reads.router(primary: postgres, poolSize: shared.postgresPoolSize, logger: logger)
     let pages = ConsolePages(
-        configuration: configuration, store: entitlements.console, actions: actions, metrics: metrics, logger: logger,
+        configuration: configuration, store: entitlements.console, actions: actions, reads: reads, metrics: metrics, logger: logger,
         limiter: LoginLimiter(window: configuration.loginWindow))
     let router = Router(context: ConsoleRequestContext.self)
     pages.register(on: router)
@@ -45,7 +47,7 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     ) {
         await database.value() ? nil : "PostgreSQL did not answer, or its schema is not migrated (pipelinectl migrate)"
     }
-    return [postgres, AppStoreClients(clients: Array(appStore.values)), producer, server, ops]
+    return [postgres, reads, AppStoreClients(clients: Array(appStore.values)), producer, server, ops]
 }
 
 /// Requests and actions, by route and outcome (bounded labels).

@@ -39,6 +39,8 @@ public struct ConsoleConfiguration: Sendable {
     /// `http://localhost:16686/trace/{traceId}`); unset, the id is shown as text.
     public var traceURLTemplate: String?
     public var shared: PipelineSettings
+    /// `POSTGRES_READ_URL` and companions: the pages' replicas (docs/scale.md); none by default.
+    public var reads = ReadReplicaSettings()
 
     public init(shared: PipelineSettings) {
         self.shared = shared
@@ -47,7 +49,7 @@ public struct ConsoleConfiguration: Sendable {
     /// The console's own settings, for `--help`, the docs and `pipelinectl settings console`.
     public static var catalog: SettingsCatalog { Settings.catalog }
 
-    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys
+    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys + ReadReplicaSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> ConsoleConfiguration {
         var configuration = ConsoleConfiguration(shared: try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-console"))
@@ -66,6 +68,7 @@ public struct ConsoleConfiguration: Sendable {
         configuration.requestTimeout = try Settings.requestTimeout.read(environment)
         configuration.pageSize = try Settings.pageSize.read(environment)
         configuration.traceURLTemplate = try Settings.traceURL.read(environment)
+        configuration.reads = try ReadReplicaSettings.fromEnvironment(environment)
         return configuration
     }
 
@@ -76,6 +79,8 @@ public struct ConsoleConfiguration: Sendable {
         \(Settings.catalog.helpLines)
         Shared with the worker and read exactly as it reads them: APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE,
         NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_* (the App Store Server API key enables "Reconcile with Apple now").
+        The pages' reads from replicas (docs/scale.md):
+        \(ReadReplicaSettings.catalog.helpLines)
         LOG_LEVEL: trace, debug, info (default), notice, warning, error, critical.
         Operators: pipelinectl operators add --email E --role viewer|support|admin (prints a one-time password). docs/console.md.
         """

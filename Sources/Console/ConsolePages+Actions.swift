@@ -31,7 +31,7 @@ extension ConsolePages {
         metrics.action("redrive", outcome: "ok")
         logger.info("console re-drive", metadata: ["operator": "\(session.email)", "records": "\(outcome.redriven)", "held_back": "\(outcome.erasedHeldBack)"])
         let held = outcome.erasedHeldBack > 0 ? " \(outcome.erasedHeldBack) about erased customers held back." : ""
-        return try await deadLettersPage(request, session, acted: "Re-drove \(outcome.redriven) dead letter(s) to \(actions.topic).\(held)")
+        return try await afterWrite { try await deadLettersPage(request, session, acted: "Re-drove \(outcome.redriven) dead letter(s) to \(actions.topic).\(held)") }
     }
 
     func subscriptionAction(_ request: Request, bundle: String, id: String, _ session: OperatorSession) async throws -> Response {
@@ -51,7 +51,7 @@ extension ConsolePages {
                 throw Refusal(status: .badGateway, code: "appleError", reason: failure.description)
             }
             metrics.action("reconcile", outcome: "ok")
-            return try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "Asked Apple: \(snapshots) status snapshot(s) sent to the workers.")
+            return try await afterWrite { try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "Asked Apple: \(snapshots) status snapshot(s) sent to the workers.") }
         case "resend-webhooks":
             guard let endpoint = body["endpoint"], !endpoint.isEmpty else {
                 throw Refusal(status: .badRequest, code: "endpointRequired", reason: "Choose the webhook endpoint to send the events to again.")
@@ -61,7 +61,7 @@ extension ConsolePages {
                 detail: JSONObject(["endpoint": .string(endpoint)]))
             let count = try await store.resendWebhooks(endpointId: endpoint, bundleId: bundle, originalTransactionId: id)
             metrics.action("resend-webhooks", outcome: "ok")
-            return try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "\(count) event(s) of this subscription go to \(endpoint) again, oldest first.")
+            return try await afterWrite { try await subscriptionPage(request, bundle: bundle, id: id, session, acted: "\(count) event(s) of this subscription go to \(endpoint) again, oldest first.") }
         default:
             throw Refusal(status: .badRequest, code: "unknownAction", reason: "This form names no action the console knows.")
         }
@@ -100,7 +100,7 @@ extension ConsolePages {
         metrics.action("erase", outcome: "ok")
         logger.notice("console erasure", metadata: ["operator": "\(session.email)", "request_id": "\(report.requestId)"])
         let counts = report.counts.filter { $0.value > 0 }.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-        return html("Erased", "erased", ["requestId": report.requestId, "bundle": bundle, "counts": counts.isEmpty ? "nothing was stored" : counts], session)
+        return try await afterWrite { html("Erased", "erased", ["requestId": report.requestId, "bundle": bundle, "counts": counts.isEmpty ? "nothing was stored" : counts], session) }
     }
 }
 

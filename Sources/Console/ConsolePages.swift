@@ -1,4 +1,5 @@
 import AppStoreNotifications
+import EntitlementStore
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -14,6 +15,9 @@ struct ConsolePages: Sendable {
     let configuration: ConsoleConfiguration
     /// What the pages read, and what the actions write (the audit is the store's).
     let store: ConsoleStore, actions: ConsoleActions
+    /// Where the pages' reads go (the primary, or a replica that replayed far enough: docs/scale.md); sessions, the
+    /// audit's writes and every action stay on `store`.
+    let reads: ReadRouter
     let metrics: ConsoleMetrics, logger: Logger
     /// Failed sign-ins per address and per account (`CONSOLE_LOGIN_ATTEMPTS` in `CONSOLE_LOGIN_WINDOW`).
     let limiter: LoginLimiter
@@ -54,8 +58,8 @@ struct ConsolePages: Sendable {
         page(router, .post, "/apps/{bundleId}/customers/{customerId}/erase", "erase") { request, context, session in
             try await erase(request, bundle: try context.parameters.require("bundleId"), customerId: try context.parameters.require("customerId"), session)
         }
-        page(router, .get, "/notifications/{uuid}", "notification") { _, context, session in
-            try await notificationPage(uuid: try context.parameters.require("uuid"), session)
+        page(router, .get, "/notifications/{uuid}", "notification") { request, context, session in
+            try await notificationPage(request, uuid: try context.parameters.require("uuid"), session)
         }
         page(router, .get, "/dead-letters", "dead-letters") { request, _, session in try await deadLettersPage(request, session, acted: nil) }
         page(router, .post, "/dead-letters/redrive", "redrive") { request, _, session in try await redrive(request, session) }
@@ -236,7 +240,7 @@ struct ConsolePages: Sendable {
 
     func search(_ request: Request, _ session: OperatorSession) async throws -> Response {
         let query = request.uri.queryParameters.get("q") ?? ""
-        let matches = Self.links(to: try await store.search(query))
+        let matches = Self.links(to: try await reading(request) { try await $0.search(query) })
         if matches.count == 1 {
             return Response(status: .seeOther, headers: [.location: matches[0].path])
         }
@@ -274,7 +278,7 @@ struct ConsolePages: Sendable {
     }
 
     func subscriptionPage(_ request: Request, bundle: String, id: String, _ session: OperatorSession, acted: String?) async throws -> Response {
-        let rows = try await store.subscription(bundleId: bundle, originalTransactionId: id).objectValue ?? JSONObject()
+        let rows = try await reading(request) { try await $0.subscription(bundleId: bundle, originalTransactionId: id) }.objectValue ?? JSONObject()
         var entitlements = (rows["entitlements"]?.arrayValue ?? []).map { Self.plain($0) as? [String: Any] ?? [:] }
         for index in entitlements.indices {
             if let owner = entitlements[index]["owner"] as? String { entitlements[index]["ownerPath"] = ConsolePaths.customer(bundle: bundle, customerId: owner) }
@@ -286,7 +290,7 @@ struct ConsolePages: Sendable {
         ]
         if let acted { values["acted"] = acted }
         if session.role.mayAct {
-            let endpoints = try await store.webhookEndpoints()
+            let endpoints = try await reading(request) { try await $0.webhookEndpoints() }
             values["endpoints"] = endpoints.map { ["id": $0.id, "url": $0.url] }
             values["hasEndpoints"] = !endpoints.isEmpty
         }
@@ -295,7 +299,7 @@ struct ConsolePages: Sendable {
     }
 
     func customerPage(_ request: Request, bundle: String, customerId: String, _ session: OperatorSession) async throws -> Response {
-        let subscriptions = try await store.customerSubscriptions(bundleId: bundle, customerId: customerId)
+        let subscriptions = try await reading(request) { try await $0.customerSubscriptions(bundleId: bundle, customerId: customerId) }
         var values: [String: Any] = [
             "customerId": customerId, "bundle": bundle,
             "subscriptions": subscriptions.map { ["id": $0, "path": ConsolePaths.subscription(bundle: bundle, id: $0)] },
@@ -308,7 +312,8 @@ struct ConsolePages: Sendable {
 
     func addTimeline(to values: inout [String: Any], _ request: Request, bundle: String, subscriptions: [String], path: String) async throws {
         let cursor = request.uri.queryParameters.get("before").flatMap(TimelineCursor.init)
-        let page = try await store.timeline(bundleId: bundle, subscriptions: subscriptions, before: cursor, limit: configuration.pageSize)
+        let limit = configuration.pageSize
+        let page = try await reading(request) { try await $0.timeline(bundleId: bundle, subscriptions: subscriptions, before: cursor, limit: limit) }
         values["rows"] = page.rows.map { Self.timelineRow($0, traceURLTemplate: configuration.traceURLTemplate) }
         if let next = page.next { values["nextPath"] = path + "?before=" + ConsolePaths.component(next.text) }
     }
@@ -336,8 +341,8 @@ struct ConsolePages: Sendable {
         return values
     }
 
-    func notificationPage(uuid: String, _ session: OperatorSession) async throws -> Response {
-        guard let row = try await store.notification(uuid: uuid).objectValue else {
+    func notificationPage(_ request: Request, uuid: String, _ session: OperatorSession) async throws -> Response {
+        guard let row = try await reading(request, { try await $0.notification(uuid: uuid) }).objectValue else {
             throw Refusal(status: .notFound, code: "notFound", reason: "No stored notification has this notificationUUID (a dead-lettered one is under Dead letters).")
         }
         var values = Self.plain(.object(row)) as? [String: Any] ?? [:]
@@ -363,7 +368,8 @@ struct ConsolePages: Sendable {
         let parameters = request.uri.queryParameters
         func nonEmpty(_ name: String) -> String? { parameters.get(name).flatMap { $0.isEmpty ? nil : $0 } }
         let since = nonEmpty("since").flatMap { Self.date($0 + "T00:00:00.000Z") }
-        let result = try await store.deadLetters(code: nonEmpty("code"), bundleId: nonEmpty("app"), since: since, term: nonEmpty("q"), limit: Self.deadLettersPerPage)
+        let (code, app, term) = (nonEmpty("code"), nonEmpty("app"), nonEmpty("q"))
+        let result = try await reading(request) { try await $0.deadLetters(code: code, bundleId: app, since: since, term: term, limit: Self.deadLettersPerPage) }
         let object = result.objectValue ?? JSONObject()
         // Each payload also decoded, unverified (a forger wrote it: shown as text, like everything else). What one page
         // renders is bounded: 50 rows, each payload and its decoding cut at `payloadExcerpt` bytes (a dead letter may
@@ -395,11 +401,39 @@ struct ConsolePages: Sendable {
 
     func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {
         let cursor = request.uri.queryParameters.get("before").flatMap { Int64($0) }
-        let rows = (try await store.auditLog(before: cursor, limit: 100)).arrayValue ?? []
+        let rows = (try await reading(request) { try await $0.auditLog(before: cursor, limit: 100) }).arrayValue ?? []
         let next = rows.count == 100 ? rows.last?.objectValue?["id"]?.int64Value.map { "/audit?before=\($0)" } : nil
         var values: [String: Any] = ["rows": Self.plain(.array(rows))]
         if let next { values["nextPath"] = next }
         return html("Audit", "audit", values, session)
+    }
+
+    // MARK: - Reads and read-your-writes
+
+    /// Runs a page's reads (`body` only reads) through the router, after the newest token this request knows: the
+    /// action's own (`ConsoleReadToken.current`), a `Consistency-Token` header, or the cookie an action set for
+    /// `POSTGRES_READ_STICKY`. So the page an action answers with, and the pages the operator opens next, show it.
+    func reading<T: Sendable>(_ request: Request, _ body: @escaping @Sendable (ConsoleStore) async throws -> T) async throws -> T {
+        let tokens = [
+            ConsoleReadToken.current, request.headers[ConsoleReadToken.header].flatMap { ConsistencyToken($0) },
+            request.cookies[ConsoleReadToken.cookie].flatMap { ConsistencyToken($0.value) },
+        ]
+        let logger = logger
+        // A page may scan more than an API read: 5 s before a replica that does not answer is given up for the primary.
+        return try await reads.read(after: tokens.compactMap { $0 }.max(), timeout: .seconds(5)) { client in
+            try await body(ConsoleStore(client: client, logger: logger))
+        }
+    }
+
+    /// Renders an action's answer after its writes: the primary's position now is the action's token; the page's
+    /// reads carry it, and the answer hands it on (`Consistency-Token`, and a cookie for `POSTGRES_READ_STICKY`).
+    func afterWrite(_ render: () async throws -> Response) async throws -> Response {
+        let token = try await reads.currentToken()
+        var response = try await ConsoleReadToken.$current.withValue(token) { try await render() }
+        response.headers[ConsoleReadToken.header] = token.description
+        let seconds = reads.settings.sticky.components.seconds
+        if seconds > 0 { response.headers.append(HTTPField(name: .setCookie, value: ConsoleReadToken.setCookie(token, seconds: seconds))) }
+        return response
     }
 
     // MARK: - Values for templates

@@ -1,3 +1,4 @@
+import EntitlementStore
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -24,6 +25,18 @@ enum ConsoleHeaders {
 
 /// The session cookie: `HttpOnly`, `SameSite=Strict`, `Secure`, path `/`; the token is random (256 bits) and only its
 /// SHA-256 is stored.
+/// The read-your-writes token of the console's actions (docs/scale.md): the action's own while its answer renders,
+/// then a header and a short-lived cookie (`POSTGRES_READ_STICKY`) that the next pages' reads carry.
+enum ConsoleReadToken {
+    @TaskLocal static var current: ConsistencyToken?
+    static let header = HTTPField.Name("Consistency-Token")!
+    static let cookie = "consistency_token"
+
+    static func setCookie(_ token: ConsistencyToken, seconds: Int64) -> String {
+        "\(cookie)=\(token); Path=/; HttpOnly; SameSite=Strict; Secure; Max-Age=\(seconds)"
+    }
+}
+
 enum SessionCookie {
     static let name = "console_session"
 

@@ -20,7 +20,7 @@ public struct CustomerAPIServices: Sendable {
     public let services: [any Service]
 }
 
-/// Builds the customer API: the PostgreSQL pool, a producer to the notifications topic (purchases are records of
+/// Builds the customer API: the PostgreSQL pool (and the reads' replicas, `POSTGRES_READ_URL`), a producer to the notifications topic (purchases are records of
 /// kind `purchase`, keyed like every record by originalTransactionId), the API server generated from
 /// docs/customer-api.yaml behind ingest's connection guard, and the ops server (`/health/live`, `/health/ready`:
 /// PostgreSQL with the schema current and a broker reachable, `/metrics`).
@@ -35,6 +35,7 @@ public func buildCustomerAPIServices(
     let verifier = try SignedPayloadVerifier(configuration: try shared.verifierConfiguration())
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
     let store = CustomerStore(client: postgres, logger: logger)
+    let reads = try configuration.reads.router(primary: postgres, poolSize: shared.postgresPoolSize, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
     producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.wholeMilliseconds))
     producerConfiguration.lingerMilliseconds = 1
@@ -43,7 +44,7 @@ public func buildCustomerAPIServices(
     let appStore = try shared.appStoreClients(maximumWait: .seconds(2), logger: logger)
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
-        configuration: configuration, verifier: verifier, store: store, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),
+        configuration: configuration, verifier: verifier, store: store, reads: reads, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),
         appStore: appStore, metrics: metrics, orders: OrderLookupCache(ttl: configuration.orderCache), logger: logger)
 
     let router = Router(context: CustomerAPIRequestContext.self)
@@ -85,7 +86,7 @@ public func buildCustomerAPIServices(
     let clients = AppStoreClients(clients: Array(appStore.values))
     let retrier = AppleTokenRetrier(
         handler: handler, enabled: !appStore.isEmpty, interval: configuration.appleTokenRetry, logger: logger)
-    return CustomerAPIServices(services: [postgres, clients, producer, retrier, api, ops])
+    return CustomerAPIServices(services: [postgres, reads, clients, producer, retrier, api, ops])
 }
 
 /// Set App Account Token for new owners whose first call failed (or never ran), every `CUSTOMER_API_APPLE_TOKEN_RETRY`, in the

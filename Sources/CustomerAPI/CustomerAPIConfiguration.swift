@@ -44,6 +44,8 @@ public struct CustomerAPIConfiguration: Sendable {
     /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
     /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
     public var shared: PipelineSettings
+    /// `POSTGRES_READ_URL` and companions: the reads' replicas (docs/scale.md); none by default.
+    public var reads = ReadReplicaSettings()
 
     public init(shared: PipelineSettings) {
         self.shared = shared
@@ -53,7 +55,7 @@ public struct CustomerAPIConfiguration: Sendable {
     public static var catalog: SettingsCatalog { Settings.catalog }
 
     /// The environment variables the customer API reads (for `--help`, the docs and the deployment check).
-    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys
+    public static let environmentKeys = Settings.catalog.environmentKeys + PipelineSettings.environmentKeys + ReadReplicaSettings.environmentKeys
 
     public static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> CustomerAPIConfiguration {
         let shared = try PipelineSettings.fromEnvironment(environment, defaultClientId: "appstore-customer-api")
@@ -73,6 +75,7 @@ public struct CustomerAPIConfiguration: Sendable {
         configuration.orderCache = try Settings.orderCache.read(environment)
         configuration.appleTokenRetry = try Settings.appleTokenRetry.read(environment)
         configuration.ownershipPolicy = try Settings.ownershipPolicy.read(environment)
+        configuration.reads = try ReadReplicaSettings.fromEnvironment(environment)
         let byApp = Settings.ownershipPolicyByApp.variable
         for pair in (environment.optionalString(byApp) ?? "").split(separator: ",") {
             let parts = pair.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
@@ -98,7 +101,9 @@ public struct CustomerAPIConfiguration: Sendable {
         (durations as 500ms, 10s, 5m). Its own settings:
         \(Settings.catalog.helpLines)
         Shared with the worker and read exactly as it reads them: APPS, TRUSTED_ROOTS, POSTGRES_URL, POSTGRES_POOL_SIZE,
-        NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*. LOG_LEVEL: trace, debug, info (default), notice, warning, error, critical.
+        NOTIFICATIONS_TOPIC, KAFKA_*, APPSTORE_*. Reads from replicas (docs/scale.md):
+        \(ReadReplicaSettings.catalog.helpLines)
+        LOG_LEVEL: trace, debug, info (default), notice, warning, error, critical.
         Keys: pipelinectl api-keys create --name N [--bundle-id B]... [--scope read|write]. Spec: docs/customer-api.yaml.
         """
 }

@@ -12,6 +12,8 @@ struct CustomerAPIHandler: APIProtocol {
     let configuration: CustomerAPIConfiguration
     let verifier: SignedPayloadVerifier
     let store: CustomerStore
+    /// Where reads go (the primary, or a replica that replayed far enough: docs/scale.md); writes use `store`.
+    let reads: ReadRouter
     let producer: PulledRecordProducer
     /// App Store Server API clients by environment, where a key is configured (Set App Account Token, Look Up Order ID).
     let appStore: [AppStoreNotifications.Environment: AppStoreServerAPIClient]
@@ -72,22 +74,85 @@ struct CustomerAPIHandler: APIProtocol {
             record = try await waitUntilApplied(key: document.purchaseKey, deadline: started + configuration.applyTimeout) ?? record
             if record.status != .pending { metrics.applyLatency.record(ContinuousClock.now - started) }
         }
-        switch try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue, mayWriteToApple: true) {
-        case .applied(let result): return .ok(.init(body: .json(result)))
-        case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
+        let answered = try await answer(record, ownershipType: transaction.inAppOwnershipType?.rawValue, mayWriteToApple: true, route: .primary)
+        // After the worker's commit (or the pending claim's): the customer's, the transaction's and the claim's next
+        // reads here see at least this state, with or without the token.
+        let token = try await writeToken(remembering: [
+            Self.stickyKey("c", bundleId, customerId), Self.stickyKey("t", bundleId, originalTransactionId), Self.stickyKey("t", bundleId, transactionId),
+            Self.stickyKey("p", bundleId, record.purchaseKey),
+        ])
+        switch answered {
+        case .applied(var result):
+            result.consistencyToken = token.description
+            return .ok(.init(headers: .init(consistencyToken: token.description), body: .json(result)))
+        case .pending(var pending, let location):
+            pending.consistencyToken = token.description
+            return .accepted(.init(headers: .init(location: location, consistencyToken: token.description), body: .json(pending)))
+        }
+    }
+
+    // MARK: - Read-your-writes
+
+    /// The primary's position after a write this request made (see `ReadRouter.currentToken`), remembered for `keys`
+    /// for `POSTGRES_READ_STICKY`. The write is done and idempotent: if the position cannot be read, 503 asks the
+    /// caller to repeat it.
+    func writeToken(remembering keys: [String]) async throws -> ConsistencyToken {
+        let token: ConsistencyToken
+        do {
+            token = try await reads.currentToken()
+        } catch {
+            logger.warning("could not read the primary's WAL position: \(String(reflecting: error))")
+            throw CustomerAPIError.unavailable
+        }
+        reads.remember(token, for: keys)
+        return token
+    }
+
+    /// The token a read carries: the one sent (a malformed one is refused), or a newer one a write through this
+    /// process remembered for `keys`.
+    func readRoute(_ header: String?, keys: [String]) throws -> ReadRoute {
+        var sent: ConsistencyToken?
+        if let header {
+            guard let token = ConsistencyToken(header) else {
+                throw CustomerAPIError(400, "invalid_consistency_token", "Consistency-Token must be a token a write answered with (like 16/B374D848)")
+            }
+            sent = token
+        }
+        return .replica(after: reads.token(sent, orRememberedFor: keys))
+    }
+
+    /// A sticky key: a kind (`c` customer, `t` transaction, `p` purchase claim, `e` erasure), the app and the id.
+    static func stickyKey(_ kind: String, _ bundleId: String, _ id: String) -> String { kind + "\u{1F}" + bundleId + "\u{1F}" + id }
+
+    /// Where a read runs: on the primary (a write's own answer, read after its commit), or through the router.
+    enum ReadRoute: Sendable {
+        case primary
+        case replica(after: ConsistencyToken?)
+    }
+
+    /// Runs `body` (reads only) where `route` says; any failure is 503 `unavailable` (a replica's failures never
+    /// reach here: the router answers them from the primary).
+    func read<T: Sendable>(_ route: ReadRoute, _ what: String, _ body: @escaping @Sendable (CustomerStore) async throws -> T) async throws -> T {
+        do {
+            switch route {
+            case .primary: return try await body(store)
+            case .replica(let token):
+                let logger = logger
+                return try await reads.read(after: token) { client in try await body(CustomerStore(client: client, logger: logger)) }
+            }
+        } catch {
+            logger.warning("could not read \(what): \(String(reflecting: error))")
+            throw CustomerAPIError.unavailable
         }
     }
 
     /// The 202's `Location`: one claim's outcome, whoever else claimed the same transaction.
     func getPurchaseClaim(_ input: Operations.GetPurchaseClaim.Input) async throws -> Operations.GetPurchaseClaim.Output {
-        let record: CustomerPurchaseRecord?
-        do {
-            record = try await store.purchase(key: input.path.claimId)
-        } catch {
-            throw CustomerAPIError.unavailable
-        }
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("p", input.path.bundleId, input.path.claimId)])
+        let claimId = input.path.claimId
+        let record = try await read(route, "a purchase claim") { store in try await store.purchase(key: claimId) }
         guard let record, record.bundleId == input.path.bundleId else { throw CustomerAPIError.notFound("no such purchase claim for this app") }
-        switch try await answer(record, ownershipType: nil, mayWriteToApple: false) {
+        switch try await answer(record, ownershipType: nil, mayWriteToApple: false, route: route) {
         case .applied(let result): return .ok(.init(body: .json(result)))
         case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
         }
@@ -97,14 +162,11 @@ struct CustomerAPIHandler: APIProtocol {
         guard let customerId = CustomerId.canonical(input.query.customerId) else {
             throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
         }
-        let record: CustomerPurchaseRecord?
-        do {
-            record = try await store.latestPurchase(bundleId: input.path.bundleId, transactionId: input.path.transactionId, customerId: customerId)
-        } catch {
-            throw CustomerAPIError.unavailable
-        }
+        let (bundleId, transactionId) = (input.path.bundleId, input.path.transactionId)
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("c", bundleId, customerId), Self.stickyKey("t", bundleId, transactionId)])
+        let record = try await read(route, "a purchase") { store in try await store.latestPurchase(bundleId: bundleId, transactionId: transactionId, customerId: customerId) }
         guard let record else { throw CustomerAPIError.notFound("this customer posted no purchase of this transaction for this app") }
-        switch try await answer(record, ownershipType: nil, mayWriteToApple: false) {
+        switch try await answer(record, ownershipType: nil, mayWriteToApple: false, route: route) {
         case .applied(let result): return .ok(.init(body: .json(result)))
         case .pending(let pending, let location): return .accepted(.init(headers: .init(location: location), body: .json(pending)))
         }
@@ -120,7 +182,7 @@ struct CustomerAPIHandler: APIProtocol {
     /// accepted claim whose purchase has since moved to another customer answers 409: today's owner, never a
     /// cached first answer. Only a POST (`mayWriteToApple`) calls Set App Account Token; a read never writes to
     /// Apple (`AppleTokenRetrier` retries in the background).
-    func answer(_ record: CustomerPurchaseRecord, ownershipType: String?, mayWriteToApple: Bool) async throws -> PurchaseAnswer {
+    func answer(_ record: CustomerPurchaseRecord, ownershipType: String?, mayWriteToApple: Bool, route: ReadRoute) async throws -> PurchaseAnswer {
         switch record.status {
         case .pending:
             let location = "/v1/apps/\(Self.pathComponent(record.bundleId))/purchases/claims/\(Self.pathComponent(record.purchaseKey))"
@@ -128,11 +190,8 @@ struct CustomerAPIHandler: APIProtocol {
         case .conflict:
             throw CustomerAPIError(409, "owned_by_another_customer", "this purchase is owned by another customer, and the app's ownership policy keeps it there")
         case .accepted:
-            let owner: CustomerOwnership?
-            do {
-                owner = try await store.ownership(environment: record.environment, bundleId: record.bundleId, originalTransactionId: record.originalTransactionId)
-            } catch {
-                throw CustomerAPIError.unavailable
+            let owner = try await read(route, "a purchase's owner") { store in
+                try await store.ownership(environment: record.environment, bundleId: record.bundleId, originalTransactionId: record.originalTransactionId)
             }
             if let owner, owner.customerId != record.customerId {
                 throw CustomerAPIError(
@@ -141,7 +200,7 @@ struct CustomerAPIHandler: APIProtocol {
             }
             let decision = record.decision.flatMap(OwnershipDecision.init(rawValue:)) ?? .alreadyOwned
             if mayWriteToApple, decision == .bound || decision == .transferred { await tellAppleTheOwner(record, ownershipType: ownershipType) }
-            let customer = try await readCustomer(bundleId: record.bundleId, customerId: record.customerId, environment: nil)
+            let customer = try await readCustomer(bundleId: record.bundleId, customerId: record.customerId, environment: nil, route: route)
             let ownership: Components.Schemas.PurchaseOutcome.OwnershipPayload = switch decision {
             case .bound: .bound
             case .transferred: .transferred
@@ -209,26 +268,28 @@ struct CustomerAPIHandler: APIProtocol {
         guard let customerId = CustomerId.canonical(input.path.customerId) else {
             throw CustomerAPIError(400, "invalid_customer_id", "customerId must be a UUID (the app's user id as an appAccountToken)")
         }
-        return .ok(.init(body: .json(try await readCustomer(bundleId: input.path.bundleId, customerId: customerId, environment: input.query.environment?.rawValue))))
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("c", input.path.bundleId, customerId)])
+        return .ok(.init(body: .json(try await readCustomer(bundleId: input.path.bundleId, customerId: customerId, environment: input.query.environment?.rawValue, route: route))))
     }
 
-    func readCustomer(bundleId: String, customerId: String, environment: String?) async throws -> Components.Schemas.Customer {
-        do {
-            // A customer's view names only that customer: where Apple's appAccountToken is still a previous owner's
-            // (a purchase transferred here, Apple not told yet), it is left out.
-            let subscriptions = try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment).map { row in
-                var subscription = Self.subscription(row)
-                if let token = subscription.appAccountToken, token.lowercased() != customerId { subscription.appAccountToken = nil }
-                return subscription
-            }
-            let purchases = try await store.customerOneTimePurchases(bundleId: bundleId, customerId: customerId, environment: environment).map(Self.oneTimePurchase)
-            return .init(
-                customerId: customerId, bundleId: bundleId, hasActiveAccess: subscriptions.contains(where: \.isActive) || purchases.contains(where: \.isActive),
-                subscriptions: subscriptions, oneTimePurchases: purchases)
-        } catch {
-            logger.warning("could not read a customer: \(String(reflecting: error))")
-            throw CustomerAPIError.unavailable
+    func readCustomer(bundleId: String, customerId: String, environment: String?, route: ReadRoute) async throws -> Components.Schemas.Customer {
+        let (subscriptionRows, purchaseRows) = try await read(route, "a customer") { store in
+            (
+                try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment),
+                try await store.customerOneTimePurchases(bundleId: bundleId, customerId: customerId, environment: environment)
+            )
         }
+        // A customer's view names only that customer: where Apple's appAccountToken is still a previous owner's
+        // (a purchase transferred here, Apple not told yet), it is left out.
+        let subscriptions = subscriptionRows.map { row in
+            var subscription = Self.subscription(row)
+            if let token = subscription.appAccountToken, token.lowercased() != customerId { subscription.appAccountToken = nil }
+            return subscription
+        }
+        let purchases = purchaseRows.map(Self.oneTimePurchase)
+        return .init(
+            customerId: customerId, bundleId: bundleId, hasActiveAccess: subscriptions.contains(where: \.isActive) || purchases.contains(where: \.isActive),
+            subscriptions: subscriptions, oneTimePurchases: purchases)
     }
 
     // MARK: - Erasure
@@ -263,15 +324,17 @@ struct CustomerAPIHandler: APIProtocol {
             throw CustomerAPIError.unavailable
         }
         let location = "/v1/apps/\(Self.pathComponent(input.path.bundleId))/erasures/\(Self.pathComponent(report.requestId))"
-        return .accepted(.init(headers: .init(location: location), body: .json(Self.erasure(report))))
+        let token = try await writeToken(remembering: [Self.stickyKey("c", input.path.bundleId, customerId), Self.stickyKey("e", input.path.bundleId, report.requestId)])
+        var erasure = Self.erasure(report)
+        erasure.consistencyToken = token.description
+        return .accepted(.init(headers: .init(location: location, consistencyToken: token.description), body: .json(erasure)))
     }
 
     func getErasure(_ input: Operations.GetErasure.Input) async throws -> Operations.GetErasure.Output {
-        let report: ErasureReport?
-        do {
-            report = try await ErasureStore(client: store.client, logger: logger).report(requestId: input.path.requestId, bundleId: input.path.bundleId)
-        } catch {
-            throw CustomerAPIError.unavailable
+        let (requestId, bundleId) = (input.path.requestId, input.path.bundleId)
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("e", bundleId, requestId)])
+        let report = try await read(route, "an erasure") { store in
+            try await ErasureStore(client: store.client, logger: store.logger).report(requestId: requestId, bundleId: bundleId)
         }
         guard let report else { throw CustomerAPIError.notFound("no erasure with this request id for this app") }
         return .ok(.init(body: .json(Self.erasure(report))))
@@ -284,22 +347,20 @@ struct CustomerAPIHandler: APIProtocol {
     }
 
     func getSubscription(_ input: Operations.GetSubscription.Input) async throws -> Operations.GetSubscription.Output {
-        let rows: [CustomerSubscriptionRow]
-        do {
-            rows = try await store.subscriptions(bundleId: input.path.bundleId, originalTransactionId: input.path.originalTransactionId, environment: input.query.environment?.rawValue)
-        } catch {
-            throw CustomerAPIError.unavailable
+        let (bundleId, originalTransactionId, environment) = (input.path.bundleId, input.path.originalTransactionId, input.query.environment?.rawValue)
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("t", bundleId, originalTransactionId)])
+        let rows = try await read(route, "a subscription") { store in
+            try await store.subscriptions(bundleId: bundleId, originalTransactionId: originalTransactionId, environment: environment)
         }
         guard !rows.isEmpty else { throw CustomerAPIError.notFound("no subscription with this originalTransactionId in this app") }
         return .ok(.init(body: .json(.init(subscriptions: rows.map(Self.subscription)))))
     }
 
     func getTransaction(_ input: Operations.GetTransaction.Input) async throws -> Operations.GetTransaction.Output {
-        let rows: [CustomerTransactionRow]
-        do {
-            rows = try await store.transactions(bundleId: input.path.bundleId, transactionIds: [input.path.transactionId], environment: input.query.environment?.rawValue)
-        } catch {
-            throw CustomerAPIError.unavailable
+        let (bundleId, transactionId, environment) = (input.path.bundleId, input.path.transactionId, input.query.environment?.rawValue)
+        let route = try readRoute(input.headers.consistencyToken, keys: [Self.stickyKey("t", bundleId, transactionId)])
+        let rows = try await read(route, "a transaction") { store in
+            try await store.transactions(bundleId: bundleId, transactionIds: [transactionId], environment: environment)
         }
         guard let row = rows.first else { throw CustomerAPIError.notFound("no transaction with this id in this app") }
         return .ok(.init(body: .json(Self.transaction(row))))
@@ -310,6 +371,7 @@ struct CustomerAPIHandler: APIProtocol {
     func getOrder(_ input: Operations.GetOrder.Input) async throws -> Operations.GetOrder.Output {
         let bundleId = input.path.bundleId, orderId = input.path.orderId
         let environment = input.query.environment?.rawValue
+        let route = try readRoute(input.headers.consistencyToken, keys: [])
         var answered: [Components.Schemas.Transaction] = []
         if environment != "Sandbox", let api = appStore[.production] {
             let signed: [String]
@@ -327,7 +389,7 @@ struct CustomerAPIHandler: APIProtocol {
                 verified.append(transaction.model)
             }
             let ids = verified.compactMap(\.transactionId)
-            let rows = (try? await store.transactions(bundleId: bundleId, transactionIds: ids, environment: nil)) ?? []
+            let rows = (try? await read(route, "an order's transactions") { store in try await store.transactions(bundleId: bundleId, transactionIds: ids, environment: nil) }) ?? []
             for model in verified {
                 if let row = rows.first(where: { $0.transactionId == model.transactionId }) {
                     answered.append(Self.transaction(row))
@@ -341,11 +403,9 @@ struct CustomerAPIHandler: APIProtocol {
             }
         }
         if answered.isEmpty {
-            do {
-                answered = try await store.transactionsOfOrder(bundleId: bundleId, orderId: orderId, environment: environment).map(Self.transaction)
-            } catch {
-                throw CustomerAPIError.unavailable
-            }
+            answered = try await read(route, "an order") { store in
+                try await store.transactionsOfOrder(bundleId: bundleId, orderId: orderId, environment: environment)
+            }.map(Self.transaction)
         }
         guard !answered.isEmpty else { throw CustomerAPIError.notFound("no transaction of this order id in this app") }
         return .ok(.init(body: .json(.init(orderId: orderId, transactions: answered))))

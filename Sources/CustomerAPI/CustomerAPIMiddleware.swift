@@ -92,10 +92,14 @@ struct ErrorResponseMiddleware: ServerMiddleware {
     }
 }
 
-/// Puts the 202's `Location` back as the path it is. The generated code writes every header as an OpenAPI
-/// "simple"-style value, percent-encoding its slashes (`%2Fv1%2Fapps…`), which no HTTP client follows; the value
-/// the handler sets is already a path with percent-encoded segments, so one decoding restores it exactly.
+/// Puts the 202's `Location` back as the path it is, and the `Consistency-Token` as the `pg_lsn` it is (`16/B374D848`,
+/// as in the JSON answer). The generated code writes every header as an OpenAPI "simple"-style value,
+/// percent-encoding its slashes (`%2Fv1%2Fapps…`, `16%2FB374D848`), which no HTTP client follows; the value the
+/// handler sets is already a path with percent-encoded segments (or a token with none), so one decoding restores it
+/// exactly. A token sent back either way is read: the generated code decodes request headers.
 struct LocationHeaderMiddleware: ServerMiddleware {
+    static let consistencyToken = HTTPField.Name("Consistency-Token")!
+
     func intercept(
         _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
         next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
@@ -103,6 +107,9 @@ struct LocationHeaderMiddleware: ServerMiddleware {
         var (response, responseBody) = try await next(request, body, metadata)
         if let location = response.headerFields[.location], let path = location.removingPercentEncoding {
             response.headerFields[.location] = path
+        }
+        if let token = response.headerFields[Self.consistencyToken], let plain = token.removingPercentEncoding {
+            response.headerFields[Self.consistencyToken] = plain
         }
         return (response, responseBody)
     }

@@ -44,6 +44,8 @@ package struct OperationsConfiguration: Sendable {
     /// `ERASURE_KEY_FILE` / `ERASURE_KEY`: what pull commands and re-drives check records against before they
     /// produce them (an erased customer's records never reach the topic again), and what erasures are made with.
     package var erasureKey: ErasureKey?
+    /// `POSTGRES_READ_URL` and companions: where `pipelinectl metrics` reads (docs/scale.md).
+    package var reads = ReadReplicaSettings()
 
     package init() {}
 
@@ -55,7 +57,7 @@ package struct OperationsConfiguration: Sendable {
         // pipelinectl customers (the erasure key) and retention (RetentionPolicy's variables).
         "ERASURE_KEY_FILE", "ERASURE_KEY", "ARCHIVE_RETENTION_DAYS", "DEAD_LETTER_RECORD_RETENTION_DAYS", "PURCHASE_CLAIM_RETENTION_DAYS",
         "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS", "WEBHOOK_DELIVERY_RETENTION",
-    ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys
+    ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys + ReadReplicaSettings.environmentKeys
 
     package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {
         var configuration = OperationsConfiguration()
@@ -73,6 +75,7 @@ package struct OperationsConfiguration: Sendable {
         configuration.postgresURL = environment.optionalString("POSTGRES_URL")
         configuration.events = try EventsConfiguration.fromEnvironment(environment)
         configuration.erasureKey = try PipelineSettings.erasureKey(environment)
+        configuration.reads = try ReadReplicaSettings.fromEnvironment(environment)
         return configuration
     }
 

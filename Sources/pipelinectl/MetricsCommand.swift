@@ -70,15 +70,26 @@ struct MetricsCommand: AsyncParsableCommand {
         let query = MetricQuery(from: start, to: end, bucket: bucket, environment: environment, bundleId: bundleId, productId: productId,
                                 storefront: storefront, currency: currency)
         let timeout = statementTimeoutMs
+        let reading = try connection.configuration().reads
         let table = try await connection.withMigratedStore { store in
-            var table = MetricTable(columns: metric.columns, rows: [])
-            for (index, piece) in pieces.enumerated() {
-                var part = query
-                (part.from, part.to) = piece
-                table.rows += try await store.metrics.metric(metric, part, statementTimeoutMilliseconds: timeout, refreshCatalog: index == 0).rows
-                if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
+            // The product catalog is refreshed on the primary (a write); the metric is read where the router says
+            // (a replica of POSTGRES_READ_URL that replayed the refresh, else the primary: docs/scale.md).
+            _ = try await store.metrics.refreshProductCatalog()
+            let reads = try reading.router(primary: store.client, poolSize: 1, logger: toolLogger)
+            return try await reads.whileRunning {
+                let token = try await reads.currentToken()
+                var table = MetricTable(columns: metric.columns, rows: [])
+                for (index, piece) in pieces.enumerated() {
+                    var part = query
+                    (part.from, part.to) = piece
+                    let asked = part
+                    table.rows += try await reads.read(after: token, timeout: .milliseconds(timeout + 1_000)) { client in
+                        try await MetricsStore(client: client, logger: toolLogger).metric(metric, asked, statementTimeoutMilliseconds: timeout, refreshCatalog: false)
+                    }.rows
+                    if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
+                }
+                return table
             }
-            return table
         }
         if json {
             printJSON(.array(table.rows.map { row in

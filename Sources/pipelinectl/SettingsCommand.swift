@@ -17,7 +17,7 @@ struct SettingsCommand: ParsableCommand {
     /// The services whose settings are described declaratively (one description per setting).
     static let catalogs = Dictionary(uniqueKeysWithValues: [
         IngestConfiguration.catalog, WorkerConfiguration.catalog, EventsConfiguration.catalog, CustomerAPIConfiguration.catalog,
-        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog, PipelineSettings.catalog, KafkaEnvironment.catalog,
+        WebhooksConfiguration.catalog, ConsoleConfiguration.catalog, PipelineSettings.catalog, KafkaEnvironment.catalog, ReadReplicaSettings.catalog,
     ].map { ($0.component, $0) })
 
     @Argument(help: "The service: \(SettingsCommand.catalogs.keys.sorted().joined(separator: ", ")).")

@@ -36,7 +36,9 @@ struct ConsoleRouterTests: MintedSuite {
         let actions = ConsoleActions(
             producer: producer, topic: "t", deadLetterTopic: "t.dead-letter", appStore: [:], entitlements: store, logger: Self.logger)
         let pages = ConsolePages(
-            configuration: configuration, store: store.console, actions: actions, metrics: ConsoleMetrics(registry: .init()), logger: Self.logger,
+            configuration: configuration, store: store.console, actions: actions,
+            reads: ReadRouter(primary: store.client, replicas: [], settings: ReadRoutingSettings(), logger: Self.logger),
+            metrics: ConsoleMetrics(registry: .init()), logger: Self.logger,
             limiter: LoginLimiter(window: configuration.loginWindow))
         let router = Router(context: ConsoleRequestContext.self)
         pages.register(on: router)

@@ -78,6 +78,7 @@ struct SettingsDocumentationTests {
             ("console", "docs/console.md", ConsoleConfiguration.catalog, ConsoleConfiguration.environmentKeys),
             ("shared", "docs/worker.md", PipelineSettings.catalog, WorkerConfiguration.environmentKeys),
             ("kafka", "docs/kafka-client.md", KafkaEnvironment.catalog, IngestConfiguration.environmentKeys),
+            ("read-replicas", "docs/scale.md", ReadReplicaSettings.catalog, CustomerAPIConfiguration.environmentKeys),
         ])
     func documentedTable(_ service: String, _ document: String, _ catalog: SettingsCatalog, _ keys: [String]) throws {
         let text = try String(contentsOf: repositoryRoot.appendingPathComponent(document), encoding: .utf8)

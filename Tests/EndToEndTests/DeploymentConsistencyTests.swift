@@ -35,6 +35,8 @@ struct DeploymentConsistencyTests {
         "pipelinectl": OperationsConfiguration.environmentKeys,
     ]
     static let routes = [OperationsRoutes.live, OperationsRoutes.ready, OperationsRoutes.metrics]
+    /// Secrets referenced with `optional: true` that no manifest defines (the operator creates them), and their keys.
+    static let optionalSecrets = ["appstore-pipeline-read-replicas": ["POSTGRES_READ_URL"]]
     static let defaultIngestPort = IngestConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).port
     static let defaultWorkerPort = WorkerConfiguration(kafka: .init(bootstrapServers: ["x"], clientId: "x")).opsPort
     static let defaultCustomerAPI = CustomerAPIConfiguration(shared: PipelineSettings(kafka: .init(bootstrapServers: ["x"], clientId: "x")))
@@ -226,6 +228,12 @@ struct DeploymentConsistencyTests {
                 for source in container["envFrom"] as? [[String: Any]] ?? [] {
                     let reference = (source["configMapRef"] ?? source["secretRef"]) as? [String: Any]
                     let referenced = try #require(reference?["name"] as? String)
+                    if reference?["optional"] as? Bool == true, let keys = Self.optionalSecrets[referenced] {
+                        // A Secret the operator creates when they want it (docs/deployment.md): each of its keys is read
+                        // by every process that references it.
+                        for key in keys { #expect(executables.allSatisfy { Self.reads($0, key) }, "\(name(object)) takes \(key) from \(referenced) but never reads it") }
+                        continue
+                    }
                     envFromReferences.insert(referenced)
                     let keys = try #require(configKeys[referenced], "\(name(object)) reads \(referenced), which no manifest defines")
                     for key in keys { keyReaders[key, default: []].formUnion(executables.filter { Self.reads($0, key) }) }

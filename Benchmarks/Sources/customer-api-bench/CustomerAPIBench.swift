@@ -16,6 +16,11 @@ import TestSupport
 /// one customer who owns 20 subscriptions (p50, p99, reads/s over 8 keep-alive connections). The reference in the
 /// same run is a bare `GET /health/live` on the ops port (the HTTP round trip alone).
 ///
+/// With `BENCH_READ_URL` (a streaming standby of the same server, `postgres://user@host:port`, as `scripts/services.sh
+/// replica up` prints it without the database), a second `customer-api` reads from it (`POSTGRES_READ_URL`), and the
+/// reads are measured against both, each with the primary's CPU (its server processes' user + system time over
+/// the run, in cores) beside it.
+///
 /// Usage: customer-api-bench BOOTSTRAP POSTGRES_URL [PURCHASES=200] [READS=4000] [BACKGROUND_PER_SECOND=200]
 @main
 struct CustomerAPIBench {
@@ -78,5 +83,61 @@ struct CustomerAPIBench {
             print("\(label.padding(toLength: 40, withPad: " ", startingAt: 0)) p50 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.5))) ms, p99 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.99))) ms, \(Int(perSecond)) reads/s")
         }
         print("the customer read owns \(owned) subscriptions (target p99 < 5 ms); customer-api RSS \(BenchFigures.format(ChildProcess.residentMegabytes(pid: api.processIdentifier) ?? 0)) MB")
+
+        guard let readURL = ProcessInfo.processInfo.environment["BENCH_READ_URL"], !readURL.isEmpty else { return }
+        // The standby must have replayed the purchases (and the key) before its reads are measured.
+        let database = stack.databaseURL[stack.databaseURL.index(after: stack.databaseURL.lastIndex(of: "/")!)...]
+        let replicaPort = TestServices.freePort(), replicaOpsPort = TestServices.freePort()
+        _ = try await stack.start("customer-api", [
+            "CUSTOMER_API_HOST": "127.0.0.1", "CUSTOMER_API_PORT": String(replicaPort), "CUSTOMER_API_OPS_PORT": String(replicaOpsPort),
+            "CUSTOMER_API_RATE_LIMIT": "0", "POSTGRES_READ_URL": readURL + "/" + database,
+        ], opsPort: replicaOpsPort)
+        try await Task.sleep(for: .seconds(2))
+        let postmaster = try await PrimaryCPU.postmaster(url: stack.databaseURL, logger: logger)
+        print("reads against the primary and against the standby (\(readURL)); primary CPU: its server processes' user + system time over the run")
+        for (label, port) in [("primary", apiPort), ("standby", replicaPort)] {
+            for connections in [1, 8] {
+                let before = PrimaryCPU.seconds(postmaster: postmaster)
+                let started = ContinuousClock.now
+                let (latencies, perSecond) = try await BenchFigures.gets(port: port, route: path, headers: headers, connections: connections, count: reads)
+                let wall = BenchFigures.milliseconds(ContinuousClock.now - started) / 1_000
+                let cores = (PrimaryCPU.seconds(postmaster: postmaster) - before) / wall
+                print("GET customer from the \(label), \(connections) conn.".padding(toLength: 40, withPad: " ", startingAt: 0)
+                    + " p50 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.5))) ms, p99 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.99))) ms, \(Int(perSecond)) reads/s, primary CPU \(BenchFigures.format(cores)) cores")
+            }
+        }
+        let metrics = try await HTTPTestConnection(port: replicaOpsPort).send(method: "GET", path: "/metrics").bodyText
+        print(metrics.split(separator: "\n").filter { $0.hasPrefix("postgres_reads_total") }.joined(separator: "\n"))
+    }
+}
+
+/// The primary's CPU: the user + system seconds of its postmaster's children (the backends, the WAL sender, the
+/// background workers), from /proc.
+enum PrimaryCPU {
+    static func postmaster(url: String, logger: Logger) async throws -> Int32 {
+        let client = PostgresClient(configuration: try .init(url: url), backgroundLogger: logger)
+        let running = Task { await client.run() }
+        defer { running.cancel() }
+        for try await pid in try await client.query("SELECT pg_backend_pid()").decode(Int32.self) {
+            return parent(of: pid) ?? 0
+        }
+        return 0
+    }
+
+    static func fields(_ pid: Int32) -> [Substring]? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = text.lastIndex(of: ")") else { return nil }
+        return text[text.index(after: close)...].split(separator: " ")
+    }
+
+    static func parent(of pid: Int32) -> Int32? { fields(pid).flatMap { Int32($0[1]) } }
+
+    static func seconds(postmaster: Int32) -> Double {
+        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap(Int32.init)
+        var ticks = 0.0
+        for pid in pids {
+            guard let fields = fields(pid), pid == postmaster || Int32(fields[1]) == postmaster else { continue }
+            ticks += (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        }
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 }

@@ -186,6 +186,11 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     suppressUnusedWarning(value)
                     var response = HTTPTypes.HTTPResponse(soar_statusCode: 200)
                     suppressMutabilityWarning(&response)
+                    try converter.setHeaderFieldAsURI(
+                        in: &response.headerFields,
+                        name: "Consistency-Token",
+                        value: value.headers.consistencyToken
+                    )
                     let body: OpenAPIRuntime.HTTPBody
                     switch value.body {
                     case let .json(value):
@@ -208,6 +213,11 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                         in: &response.headerFields,
                         name: "Location",
                         value: value.headers.location
+                    )
+                    try converter.setHeaderFieldAsURI(
+                        in: &response.headerFields,
+                        name: "Consistency-Token",
+                        value: value.headers.consistencyToken
                     )
                     let body: OpenAPIRuntime.HTTPBody
                     switch value.body {
@@ -411,7 +421,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                         as: Swift.String.self
                     )
                 )
-                let headers: Operations.GetPurchaseClaim.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetPurchaseClaim.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetPurchaseClaim.Input(
                     path: path,
                     headers: headers
@@ -446,6 +463,24 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                         name: "Location",
                         value: value.headers.location
                     )
+                    let body: OpenAPIRuntime.HTTPBody
+                    switch value.body {
+                    case let .json(value):
+                        try converter.validateAcceptIfPresent(
+                            "application/json",
+                            in: request.headerFields
+                        )
+                        body = try converter.setResponseBodyAsJSON(
+                            value,
+                            headerFields: &response.headerFields,
+                            contentType: "application/json; charset=utf-8"
+                        )
+                    }
+                    return (response, body)
+                case let .badRequest(value):
+                    suppressUnusedWarning(value)
+                    var response = HTTPTypes.HTTPResponse(soar_statusCode: 400)
+                    suppressMutabilityWarning(&response)
                     let body: OpenAPIRuntime.HTTPBody
                     switch value.body {
                     case let .json(value):
@@ -619,7 +654,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     name: "customerId",
                     as: Swift.String.self
                 ))
-                let headers: Operations.GetPurchase.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetPurchase.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetPurchase.Input(
                     path: path,
                     query: query,
@@ -843,7 +885,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     name: "environment",
                     as: Components.Parameters.Environment.self
                 ))
-                let headers: Operations.GetCustomer.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetCustomer.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetCustomer.Input(
                     path: path,
                     query: query,
@@ -1038,6 +1087,11 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                         name: "Location",
                         value: value.headers.location
                     )
+                    try converter.setHeaderFieldAsURI(
+                        in: &response.headerFields,
+                        name: "Consistency-Token",
+                        value: value.headers.consistencyToken
+                    )
                     let body: OpenAPIRuntime.HTTPBody
                     switch value.body {
                     case let .json(value):
@@ -1203,7 +1257,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                         as: Swift.String.self
                     )
                 )
-                let headers: Operations.GetErasure.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetErasure.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetErasure.Input(
                     path: path,
                     headers: headers
@@ -1214,6 +1275,24 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                 case let .ok(value):
                     suppressUnusedWarning(value)
                     var response = HTTPTypes.HTTPResponse(soar_statusCode: 200)
+                    suppressMutabilityWarning(&response)
+                    let body: OpenAPIRuntime.HTTPBody
+                    switch value.body {
+                    case let .json(value):
+                        try converter.validateAcceptIfPresent(
+                            "application/json",
+                            in: request.headerFields
+                        )
+                        body = try converter.setResponseBodyAsJSON(
+                            value,
+                            headerFields: &response.headerFields,
+                            contentType: "application/json; charset=utf-8"
+                        )
+                    }
+                    return (response, body)
+                case let .badRequest(value):
+                    suppressUnusedWarning(value)
+                    var response = HTTPTypes.HTTPResponse(soar_statusCode: 400)
                     suppressMutabilityWarning(&response)
                     let body: OpenAPIRuntime.HTTPBody
                     switch value.body {
@@ -1367,7 +1446,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     name: "environment",
                     as: Components.Parameters.Environment.self
                 ))
-                let headers: Operations.GetSubscription.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetSubscription.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetSubscription.Input(
                     path: path,
                     query: query,
@@ -1550,7 +1636,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     name: "environment",
                     as: Components.Parameters.Environment.self
                 ))
-                let headers: Operations.GetTransaction.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetTransaction.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetTransaction.Input(
                     path: path,
                     query: query,
@@ -1736,7 +1829,14 @@ fileprivate extension UniversalServer where APIHandler: APIProtocol {
                     name: "environment",
                     as: Components.Parameters.Environment.self
                 ))
-                let headers: Operations.GetOrder.Input.Headers = .init(accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields))
+                let headers: Operations.GetOrder.Input.Headers = .init(
+                    consistencyToken: try converter.getOptionalHeaderFieldAsURI(
+                        in: request.headerFields,
+                        name: "Consistency-Token",
+                        as: Components.Parameters.ConsistencyToken.self
+                    ),
+                    accept: try converter.extractAcceptHeaderIfPresent(in: request.headerFields)
+                )
                 return Operations.GetOrder.Input(
                     path: path,
                     query: query,

@@ -5,5 +5,11 @@ import struct Foundation.Data
 import struct Foundation.Date
 extension Components {
     /// Types generated from the `#/components/headers` section of the OpenAPI document.
-    internal enum Headers {}
+    internal enum Headers {
+        /// The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+        ///
+        ///
+        /// - Remark: Generated from `#/components/headers/ConsistencyToken`.
+        internal typealias ConsistencyToken = Swift.String
+    }
 }

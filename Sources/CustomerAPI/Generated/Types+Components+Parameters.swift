@@ -6,6 +6,11 @@ import struct Foundation.Date
 extension Components {
     /// Types generated from the `#/components/parameters` section of the OpenAPI document.
     internal enum Parameters {
+        /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+        ///
+        ///
+        /// - Remark: Generated from `#/components/parameters/consistencyToken`.
+        internal typealias ConsistencyToken = Swift.String
         /// - Remark: Generated from `#/components/parameters/bundleId`.
         internal typealias BundleId = Swift.String
         /// Only rows of this environment (both Production and Sandbox rows are answered otherwise, each saying which it is).

@@ -198,21 +198,29 @@ extension Components {
             internal var purchase: Components.Schemas.PurchaseOutcome
             /// - Remark: Generated from `#/components/schemas/PurchaseResult/customer`.
             internal var customer: Components.Schemas.Customer
+            /// The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
+            ///
+            /// - Remark: Generated from `#/components/schemas/PurchaseResult/consistencyToken`.
+            internal var consistencyToken: Swift.String?
             /// Creates a new `PurchaseResult`.
             ///
             /// - Parameters:
             ///   - purchase:
             ///   - customer:
+            ///   - consistencyToken: The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
             internal init(
                 purchase: Components.Schemas.PurchaseOutcome,
-                customer: Components.Schemas.Customer
+                customer: Components.Schemas.Customer,
+                consistencyToken: Swift.String? = nil
             ) {
                 self.purchase = purchase
                 self.customer = customer
+                self.consistencyToken = consistencyToken
             }
             internal enum CodingKeys: String, CodingKey {
                 case purchase
                 case customer
+                case consistencyToken
             }
             internal init(from decoder: any Swift.Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -224,9 +232,14 @@ extension Components {
                     Components.Schemas.Customer.self,
                     forKey: .customer
                 )
+                self.consistencyToken = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .consistencyToken
+                )
                 try decoder.ensureNoAdditionalProperties(knownKeys: [
                     "purchase",
-                    "customer"
+                    "customer",
+                    "consistencyToken"
                 ])
             }
         }
@@ -242,25 +255,33 @@ extension Components {
             internal var transactionId: Swift.String
             /// - Remark: Generated from `#/components/schemas/PurchasePending/location`.
             internal var location: Swift.String
+            /// The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
+            ///
+            /// - Remark: Generated from `#/components/schemas/PurchasePending/consistencyToken`.
+            internal var consistencyToken: Swift.String?
             /// Creates a new `PurchasePending`.
             ///
             /// - Parameters:
             ///   - status:
             ///   - transactionId:
             ///   - location:
+            ///   - consistencyToken: The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
             internal init(
                 status: Components.Schemas.PurchasePending.StatusPayload,
                 transactionId: Swift.String,
-                location: Swift.String
+                location: Swift.String,
+                consistencyToken: Swift.String? = nil
             ) {
                 self.status = status
                 self.transactionId = transactionId
                 self.location = location
+                self.consistencyToken = consistencyToken
             }
             internal enum CodingKeys: String, CodingKey {
                 case status
                 case transactionId
                 case location
+                case consistencyToken
             }
             internal init(from decoder: any Swift.Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -276,10 +297,15 @@ extension Components {
                     Swift.String.self,
                     forKey: .location
                 )
+                self.consistencyToken = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .consistencyToken
+                )
                 try decoder.ensureNoAdditionalProperties(knownKeys: [
                     "status",
                     "transactionId",
-                    "location"
+                    "location",
+                    "consistencyToken"
                 ])
             }
         }
@@ -328,6 +354,10 @@ extension Components {
             ///
             /// - Remark: Generated from `#/components/schemas/Erasure/counts`.
             internal var counts: Components.Schemas.Erasure.CountsPayload
+            /// The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
+            ///
+            /// - Remark: Generated from `#/components/schemas/Erasure/consistencyToken`.
+            internal var consistencyToken: Swift.String?
             /// Creates a new `Erasure`.
             ///
             /// - Parameters:
@@ -337,13 +367,15 @@ extension Components {
             ///   - requestedAt:
             ///   - completedAt:
             ///   - counts: Rows removed per table, `subscriptions` (original transaction ids), `notifications`, `events` and `identifiers` (suppression entries written).
+            ///   - consistencyToken: The write's read-your-writes token, as the `Consistency-Token` header (docs/scale.md).
             internal init(
                 requestId: Swift.String,
                 bundleId: Swift.String,
                 status: Components.Schemas.Erasure.StatusPayload,
                 requestedAt: Foundation.Date,
                 completedAt: Foundation.Date? = nil,
-                counts: Components.Schemas.Erasure.CountsPayload
+                counts: Components.Schemas.Erasure.CountsPayload,
+                consistencyToken: Swift.String? = nil
             ) {
                 self.requestId = requestId
                 self.bundleId = bundleId
@@ -351,6 +383,7 @@ extension Components {
                 self.requestedAt = requestedAt
                 self.completedAt = completedAt
                 self.counts = counts
+                self.consistencyToken = consistencyToken
             }
             internal enum CodingKeys: String, CodingKey {
                 case requestId
@@ -359,6 +392,7 @@ extension Components {
                 case requestedAt
                 case completedAt
                 case counts
+                case consistencyToken
             }
             internal init(from decoder: any Swift.Decoder) throws {
                 let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -386,13 +420,18 @@ extension Components {
                     Components.Schemas.Erasure.CountsPayload.self,
                     forKey: .counts
                 )
+                self.consistencyToken = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .consistencyToken
+                )
                 try decoder.ensureNoAdditionalProperties(knownKeys: [
                     "requestId",
                     "bundleId",
                     "status",
                     "requestedAt",
                     "completedAt",
-                    "counts"
+                    "counts",
+                    "consistencyToken"
                 ])
             }
         }

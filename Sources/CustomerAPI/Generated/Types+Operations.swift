@@ -64,6 +64,23 @@ internal enum Operations {
         }
         internal enum Output: Sendable, Hashable {
             internal struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/200/headers`.
+                internal struct Headers: Sendable, Hashable {
+                    /// The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    ///
+                    ///
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/200/headers/Consistency-Token`.
+                    internal var consistencyToken: Components.Headers.ConsistencyToken
+                    /// Creates a new `Headers`.
+                    ///
+                    /// - Parameters:
+                    ///   - consistencyToken: The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    internal init(consistencyToken: Components.Headers.ConsistencyToken) {
+                        self.consistencyToken = consistencyToken
+                    }
+                }
+                /// Received HTTP response headers
+                internal var headers: Operations.PostPurchase.Output.Ok.Headers
                 /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/200/content`.
                 internal enum Body: Sendable, Hashable {
                     /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/200/content/application\/json`.
@@ -86,8 +103,13 @@ internal enum Operations {
                 /// Creates a new `Ok`.
                 ///
                 /// - Parameters:
+                ///   - headers: Received HTTP response headers
                 ///   - body: Received HTTP response body
-                internal init(body: Operations.PostPurchase.Output.Ok.Body) {
+                internal init(
+                    headers: Operations.PostPurchase.Output.Ok.Headers,
+                    body: Operations.PostPurchase.Output.Ok.Body
+                ) {
+                    self.headers = headers
                     self.body = body
                 }
             }
@@ -121,12 +143,22 @@ internal enum Operations {
                     ///
                     /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/202/headers/Location`.
                     internal var location: Swift.String
+                    /// The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    ///
+                    ///
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/POST/responses/202/headers/Consistency-Token`.
+                    internal var consistencyToken: Components.Headers.ConsistencyToken
                     /// Creates a new `Headers`.
                     ///
                     /// - Parameters:
                     ///   - location: `/v1/apps/{bundleId}/purchases/claims/{claimId}`: this claim's outcome
-                    internal init(location: Swift.String) {
+                    ///   - consistencyToken: The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    internal init(
+                        location: Swift.String,
+                        consistencyToken: Components.Headers.ConsistencyToken
+                    ) {
                         self.location = location
+                        self.consistencyToken = consistencyToken
                     }
                 }
                 /// Received HTTP response headers
@@ -186,7 +218,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/post(postPurchase)/responses/400`.
             ///
@@ -489,12 +521,22 @@ internal enum Operations {
             internal var path: Operations.GetPurchaseClaim.Input.Path
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/claims/{claimId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchaseClaim.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchaseClaim.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchaseClaim.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -631,6 +673,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "accepted",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/claims/{claimId}/get(getPurchaseClaim)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
                             response: self
                         )
                     }
@@ -880,12 +945,22 @@ internal enum Operations {
             internal var query: Operations.GetPurchase.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/{transactionId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/purchases/{transactionId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchase.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchase.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetPurchase.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -1030,7 +1105,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/purchases/{transactionId}/get(getPurchase)/responses/400`.
             ///
@@ -1296,12 +1371,22 @@ internal enum Operations {
             internal var query: Operations.GetCustomer.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetCustomer.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetCustomer.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetCustomer.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -1374,7 +1459,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/get(getCustomer)/responses/400`.
             ///
@@ -1612,12 +1697,22 @@ internal enum Operations {
                     ///
                     /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/headers/Location`.
                     internal var location: Swift.String
+                    /// The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    ///
+                    ///
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/DELETE/responses/202/headers/Consistency-Token`.
+                    internal var consistencyToken: Components.Headers.ConsistencyToken
                     /// Creates a new `Headers`.
                     ///
                     /// - Parameters:
                     ///   - location: /v1/apps/{bundleId}/erasures/{requestId}
-                    internal init(location: Swift.String) {
+                    ///   - consistencyToken: The write's read-your-writes token: the primary's WAL position after its commit (a PostgreSQL `pg_lsn`, `16/B374D848`). Send it back as the `Consistency-Token` request header: that read is answered by a replica only once it has replayed past it, else by the primary (docs/scale.md, "Reads from replicas").
+                    internal init(
+                        location: Swift.String,
+                        consistencyToken: Components.Headers.ConsistencyToken
+                    ) {
                         self.location = location
+                        self.consistencyToken = consistencyToken
                     }
                 }
                 /// Received HTTP response headers
@@ -1677,7 +1772,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)/responses/400`.
             ///
@@ -1905,12 +2000,22 @@ internal enum Operations {
             internal var path: Operations.GetErasure.Input.Path
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/erasures/{requestId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetErasure.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetErasure.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetErasure.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -1975,6 +2080,29 @@ internal enum Operations {
                     default:
                         try throwUnexpectedResponseStatus(
                             expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/erasures/{requestId}/get(getErasure)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
                             response: self
                         )
                     }
@@ -2170,12 +2298,22 @@ internal enum Operations {
             internal var query: Operations.GetSubscription.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/subscriptions/{originalTransactionId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/subscriptions/{originalTransactionId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetSubscription.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetSubscription.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetSubscription.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -2248,7 +2386,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/subscriptions/{originalTransactionId}/get(getSubscription)/responses/400`.
             ///
@@ -2461,12 +2599,22 @@ internal enum Operations {
             internal var query: Operations.GetTransaction.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/transactions/{transactionId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/transactions/{transactionId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetTransaction.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetTransaction.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetTransaction.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -2539,7 +2687,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/transactions/{transactionId}/get(getTransaction)/responses/400`.
             ///
@@ -2755,12 +2903,22 @@ internal enum Operations {
             internal var query: Operations.GetOrder.Input.Query
             /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/orders/{orderId}/GET/header`.
             internal struct Headers: Sendable, Hashable {
+                /// A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
+                ///
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/orders/{orderId}/GET/header/Consistency-Token`.
+                internal var consistencyToken: Components.Parameters.ConsistencyToken?
                 internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetOrder.AcceptableContentType>]
                 /// Creates a new `Headers`.
                 ///
                 /// - Parameters:
+                ///   - consistencyToken: A write's token (the `Consistency-Token` of a purchase's or an erasure's answer): the answer reflects that write or a later state. Without it, a customer's reads within `POSTGRES_READ_STICKY` of their own purchase through the same process carry it anyway; other reads may come from a replica up to `POSTGRES_READ_MAX_LAG` behind. A malformed token is refused (400 `invalid_consistency_token`).
                 ///   - accept:
-                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetOrder.AcceptableContentType>] = .defaultValues()) {
+                internal init(
+                    consistencyToken: Components.Parameters.ConsistencyToken? = nil,
+                    accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetOrder.AcceptableContentType>] = .defaultValues()
+                ) {
+                    self.consistencyToken = consistencyToken
                     self.accept = accept
                 }
             }
@@ -2833,7 +2991,7 @@ internal enum Operations {
                     }
                 }
             }
-            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`).
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
             ///
             /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/orders/{orderId}/get(getOrder)/responses/400`.
             ///
