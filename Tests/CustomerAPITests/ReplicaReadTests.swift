@@ -8,62 +8,6 @@ import PipelineTestSupport
 import TestGates
 #endif
 
-/// A real PostgreSQL 15 streaming standby of the test primary (`scripts/services.sh replica up`: pg_basebackup, a
-/// replication slot, hot_standby), replaying WAL with `recovery_min_apply_delay` 500 ms, so every commit reaches it
-/// at least half a second late: a read that goes there too early is stale, and the tests can see it.
-struct Standby {
-    static let script = repositoryRoot.appendingPathComponent("scripts/services.sh").path
-    /// `postgres://…@host:port/` of the standby (a database name is appended).
-    let urlPrefix: String
-
-    /// Whether this run's primary is the one `scripts/services.sh` started (the standby copies it); in CI it must be.
-    static var possible: Bool {
-        let recorded = try? String(contentsOfFile: repositoryRoot.appendingPathComponent(".services/postgres.url").path, encoding: .utf8)
-        return recorded?.trimmingCharacters(in: .whitespacesAndNewlines) == TestServices.postgresURL
-    }
-
-    /// A fresh standby (an earlier one removed first, so its delay is this one's).
-    static func start(applyDelay: String) async throws -> Standby {
-        _ = try await run(["replica", "down"])
-        let up = try await run(["replica", "up"], environment: ["PIPELINE_REPLICA_APPLY_DELAY": applyDelay])
-        try #require(up.status == 0, "the standby did not start: \(up.output)")
-        let line = try #require(up.output.split(separator: "\n").first { $0.hasPrefix("export POSTGRES_READ_URL=") }, "\(up.output)")
-        let url = String(line.dropFirst("export POSTGRES_READ_URL=".count))
-        return Standby(urlPrefix: String(url[..<(url.lastIndex(of: "/")!)]) + "/")
-    }
-
-    /// The standby's URL for a database of the primary.
-    func url(of primaryDatabase: String) -> String { urlPrefix + primaryDatabase[primaryDatabase.index(after: primaryDatabase.lastIndex(of: "/")!)...] }
-
-    /// Stops the standby's server at once (`pg_ctl -m immediate`: as a crash), keeping its data.
-    func stop() async throws { let result = try await Self.run(["replica", "stop"]); #expect(result.status == 0, "\(result.output)") }
-    func start() async throws { let result = try await Self.run(["replica", "start"]); #expect(result.status == 0, "\(result.output)") }
-    static func remove() async { _ = try? await run(["replica", "down"]) }
-
-    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String) {
-        // On a thread of its own: a blocking wait on the cooperative pool (two threads here) can starve the test.
-        try await DedicatedThread.run {
-            // Its output goes to a file, not a pipe: the standby's server, started by the script, must not hold
-            // anything this test waits to see closed.
-            let log = FileManager.default.temporaryDirectory.appendingPathComponent("standby-\(UUID().uuidString).log")
-            FileManager.default.createFile(atPath: log.path, contents: nil)
-            defer { try? FileManager.default.removeItem(at: log) }
-            let output = try FileHandle(forWritingTo: log)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/bin/bash")
-            process.arguments = [script] + arguments
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-            process.standardInput = FileHandle.nullDevice
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            process.waitUntilExit()
-            try output.close()
-            return (process.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
-        }
-    }
-}
-
 /// Where the customer API's reads went, from its `/metrics` (`postgres_reads_total` by target and reason).
 struct ReadTargets: Equatable {
     var counts: [String: Int] = [:]
@@ -265,6 +209,67 @@ struct ReplicaReadTests: ProcessSuite {
         #expect(after.target("replica") > 0, "the standby never served again after its restart: \(after)")
         let metrics = try await HTTPTestConnection(port: scene.opsPort).send(method: "GET", path: "/metrics").bodyText
         #expect(metrics.contains("postgres_replica_lag_seconds{replica=\"replica-1\"}") && metrics.contains("postgres_replica_up{replica=\"replica-1\"} 1"), "\(metrics.prefix(3000))")
+        await scene.finish()
+        await Standby.remove()
+    }
+
+    @Test("the console with POSTGRES_READ_URL: pages read from the standby; an action answers with its Consistency-Token and a cookie, and the pages read with it show the action")
+    func consolePages() async throws {
+        guard Standby.possible else {
+            #expect(ProcessInfo.processInfo.environment["CI"] != "true", "in CI the tests' PostgreSQL is scripts/services.sh's, and its standby must start")
+            return
+        }
+        let standby = try await Standby.start(applyDelay: "500ms")
+        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        try await scene.startAPI()
+        let key = try await scene.key().secret
+        let customer = UUID().uuidString.lowercased()
+        let event = currentPeriod(seed: 7_000, token: customer)
+        #expect(try await scene.purchase(event, customer: customer, key: key).status == 200)
+        _ = try await scene.query("INSERT INTO webhook_endpoints (id, url, secret) VALUES ('we_replica', 'https://hooks.example.com/appstore', 'whsec_test') RETURNING id", as: String.self)
+        let added = try await scene.run(["operators", "add", "--email", "support@example.com", "--role", "support", "--json"])
+        let password = try #require(try StrictJSONParser().parseObject(Array((added.output.split(separator: "\n").last.map(String.init) ?? "").utf8))["password"]?.stringValue)
+        let (port, opsPort) = (TestServices.freePort(), TestServices.freePort())
+        let console = try await ChildProcess.start(
+            binary: repositoryRoot.appendingPathComponent(".build/debug/console").path,
+            environment: [
+                "KAFKA_BOOTSTRAP_SERVERS": scene.fixture.bootstrap, "NOTIFICATIONS_TOPIC": scene.fixture.topic, "POSTGRES_URL": scene.scene.database,
+                "POSTGRES_READ_URL": standby.url(of: scene.scene.database), "APPS": WorkerProcessFixture.apps, "TRUSTED_ROOTS": scene.fixture.rootFile,
+                "CONSOLE_HOST": "127.0.0.1", "CONSOLE_PORT": String(port), "CONSOLE_OPS_PORT": String(opsPort), "CONSOLE_ALLOW_HTTP": "true",
+            ],
+            logFile: scene.fixture.directory + "/console.log", listeningOn: port)
+        // The standby has replayed the purchase, the endpoint and the operator once its delay has passed.
+        try await Task.sleep(for: .seconds(2))
+        let signIn = try await HTTPTestConnection(port: port).send(
+            path: "/login", headers: ["Content-Type": "application/x-www-form-urlencoded"],
+            body: Array("email=support%40example.com&password=\(password.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)".utf8))
+        let session = try #require(signIn.headers["set-cookie"]?.split(separator: ";").first.map(String.init), "\(signIn.status) \(signIn.bodyText.prefix(300))")
+        let page = "/apps/\(scene.bundleId)/subscriptions/\(event.originalTransactionId)"
+
+        let quiet = try await ReadTargets.read(opsPort: opsPort)
+        let shown = try await HTTPTestConnection(port: port).send(method: "GET", path: page, headers: ["Cookie": session])
+        #expect(shown.status == 200 && shown.bodyText.contains(event.originalTransactionId), "\(shown.status)")
+        let pageReads = try await ReadTargets.read(opsPort: opsPort).minus(quiet)
+        #expect(pageReads.target("replica") > 0 && pageReads.target("primary") == 0, "a page of rows older than the standby's delay: \(pageReads)")
+
+        // An action (re-send this subscription's events to an endpoint): its answer carries the token and the cookie.
+        let csrf = try #require(shown.bodyText.range(of: "name=\"csrf\" value=\"").map { String(shown.bodyText[$0.upperBound...].prefix { $0 != "\"" }) })
+        let reason = "replica-check-\(UUID().uuidString.prefix(8))"
+        let acted = try await HTTPTestConnection(port: port).send(
+            path: page, headers: ["Cookie": session, "Content-Type": "application/x-www-form-urlencoded"],
+            body: Array("csrf=\(csrf)&action=resend-webhooks&endpoint=we_replica&reason=\(reason)".utf8))
+        #expect(acted.status == 200, "\(acted.status) \(acted.bodyText.prefix(400))")
+        let token = try #require(acted.headers["consistency-token"], "\(acted.headers)")
+        let cookie = try #require(acted.headers["set-cookie"]?.split(separator: ";").first.map(String.init), "\(acted.headers)")
+        #expect(cookie == "consistency_token=" + token, "\(cookie)")
+        // The audit right after the action, with the action's cookie: it shows the action (the standby, 500 ms
+        // behind, could not have it yet, so the primary or a wait answered).
+        let before = try await ReadTargets.read(opsPort: opsPort)
+        let audit = try await HTTPTestConnection(port: port).send(method: "GET", path: "/audit", headers: ["Cookie": session + "; " + cookie])
+        #expect(audit.status == 200 && audit.bodyText.contains(reason), "the audit read with the action's token does not show it")
+        let auditReads = try await ReadTargets.read(opsPort: opsPort).minus(before)
+        #expect(auditReads.reason("token-behind") + auditReads.reason("token-waited") + auditReads.reason("token-replayed") > 0, "\(auditReads)")
+        await ChildProcess.terminate(console)
         await scene.finish()
         await Standby.remove()
     }
