@@ -87,7 +87,7 @@ struct ReplicaReadTests: ProcessSuite {
         }
     }
 
-    @Test("2 000 purchases read back at once with their token: 0 stale (the primary answers what the standby has not replayed); without the token and without the sticky window most are stale; with the sticky window none; old rows: at least 95 % of reads from the standby; a token the standby reaches within POSTGRES_READ_WAIT is waited for")
+    @Test("2 000 purchases read back at once with their token: 0 stale (the primary answers what the standby has not replayed); without the token and without the sticky window most are stale; with the sticky window none; old rows: at least 95 % of reads from the standby; a token the standby reaches within POSTGRES_READ_WAIT is waited for; a standby past POSTGRES_READ_MAX_LAG is skipped")
     func readYourWrites() async throws {
         guard Standby.possible else {
             #expect(ProcessInfo.processInfo.environment["CI"] != "true", "in CI the tests' PostgreSQL is scripts/services.sh's, and its standby must start")
@@ -139,6 +139,14 @@ struct ReplicaReadTests: ProcessSuite {
         #expect(waited.failures.isEmpty && waited.stale == 0, "\(waited)")
         let waitedReads = try await ReadTargets.read(opsPort: scene.opsPort).minus(waiting)
         #expect(waitedReads.counts["replica/token-waited", default: 0] + waitedReads.counts["replica/token-replayed", default: 0] >= 30, "\(waitedReads)")
+
+        // POSTGRES_READ_MAX_LAG under the standby's delay: while purchases keep it behind, it is skipped.
+        try await scene.startAPI(extra: ["POSTGRES_READ_URL": standby.url(of: scene.scene.database), "POSTGRES_READ_STICKY": "0s", "POSTGRES_READ_MAX_LAG": "200ms", "CUSTOMER_API_RATE_LIMIT": "0"])
+        let lagging = try await ReadTargets.read(opsPort: scene.opsPort)
+        let skipped = try await purchaseThenRead(scene, key: key, seeds: 3_440..<3_540, concurrency: 4, withToken: false)
+        #expect(skipped.failures.isEmpty, "\(skipped.failures.prefix(3))")
+        let laggingReads = try await ReadTargets.read(opsPort: scene.opsPort).minus(lagging)
+        #expect(laggingReads.counts["primary/replica-lagging", default: 0] >= 50, "a standby 500 ms behind with POSTGRES_READ_MAX_LAG 200ms: \(laggingReads)")
         await scene.finish()
         await Standby.remove()
     }
