@@ -27,11 +27,16 @@ struct CustomerSubscriptionsStatement: PostgresPreparedStatement {
                 WHERE t.bundle_id = $1 AND lower(t.app_account_token) = $2 AND t.app_account_token IS NOT NULL
                     AND t.app_transaction_id IS NOT NULL
             ), family AS (
-                SELECT e.environment, e.original_transaction_id FROM entitlements e
-                LEFT JOIN customer_ownership o
-                    ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
-                WHERE e.app_transaction_id IN (SELECT app_transaction_id FROM own_apps)
-                    AND e.bundle_id = $1 AND e.app_account_token IS NULL AND o.customer_id IS NULL
+                -- Driven by the member's few app transactions (an index probe each), never by the book's rows without
+                -- a token: as `IN (…)`, a misestimated `own_apps` let the planner scan every entitlement without a
+                -- token (8 500 of a 1-million book, 117 ms a read) and filter them against it.
+                SELECT f.environment, f.original_transaction_id FROM (SELECT DISTINCT app_transaction_id FROM own_apps) a
+                CROSS JOIN LATERAL (
+                    SELECT e.environment, e.original_transaction_id FROM entitlements e
+                    LEFT JOIN customer_ownership o
+                        ON o.environment = e.environment AND o.bundle_id = e.bundle_id AND o.original_transaction_id = e.original_transaction_id
+                    WHERE e.app_transaction_id = a.app_transaction_id AND e.bundle_id = $1 AND e.app_account_token IS NULL AND o.customer_id IS NULL
+                ) f
             ), wanted AS (
                 SELECT environment, original_transaction_id FROM owned UNION SELECT environment, original_transaction_id FROM family
             )
