@@ -106,8 +106,11 @@ struct ReplicaReadTests: ProcessSuite {
         #expect(tokened.failures.isEmpty, "\(tokened.failures.prefix(5)) \(scene.fixture.logTail())")
         #expect(tokened.stale == 0, "reads with the token saw an older state \(tokened.stale) times")
         let tokenReads = try await ReadTargets.read(opsPort: scene.opsPort).minus(before)
-        // The standby is 500 ms behind, more than POSTGRES_READ_WAIT (200 ms): the primary answers at once.
-        #expect(tokenReads.reason("token-behind") + tokenReads.reason("token-replayed") + tokenReads.reason("token-waited") >= 2_000, "\(tokenReads)")
+        // The standby is 500 ms behind, more than POSTGRES_READ_WAIT (200 ms): mostly the primary answers at once. Every
+        // read was routed by its token (none as a plain replica read); a replica read that failed (under a loaded CI,
+        // a read past its 500 ms or a recovery conflict) was answered by the primary, as designed, and counts as such.
+        #expect(tokenReads.total >= 2_000 && tokenReads.reason("replica") == 0, "\(tokenReads)")
+        #expect(tokenReads.reason("token-behind") + tokenReads.reason("token-replayed") + tokenReads.reason("token-waited") + tokenReads.reason("replica-failed") >= 2_000, "\(tokenReads)")
 
         // The control: the same without the token (and no sticky window): the standby answers, 500 ms behind.
         let untokened = try await purchaseThenRead(scene, key: key, seeds: 3_000..<3_100, concurrency: 4, withToken: false)
