@@ -5,8 +5,9 @@ import TestSupport
 import Glibc
 #endif
 
-/// A plain TCP connection for requests no well-behaved client would send.
-package final class RawConnection {
+/// A plain TCP connection for requests no well-behaved client would send. Used by one test task at a time; its
+/// blocking read runs on a thread of its own (`readUntilClosed`), hence `@unchecked Sendable`.
+package final class RawConnection: @unchecked Sendable {
     private let descriptor: Int32
 
     package init(port: Int) throws {
@@ -45,7 +46,14 @@ package final class RawConnection {
     }
 
     /// Reads until the peer closes, at most `seconds`.
-    package func readUntilClosed(seconds: Double) -> (text: String, closed: Bool) {
+    /// What the server sends until it closes the connection or `seconds` pass. The wait blocks a thread of its own: on
+    /// the cooperative pool (two threads here) it could starve the in-process server it waits for, which then never
+    /// answers (an HTTP/1.0 request went unanswered for 5 s in a loaded CI run that way).
+    package func readUntilClosed(seconds: Double) async -> (text: String, closed: Bool) {
+        (try? await DedicatedThread.run { self.readUntilClosedBlocking(seconds: seconds) }) ?? ("", false)
+    }
+
+    private func readUntilClosedBlocking(seconds: Double) -> (text: String, closed: Bool) {
         var collected: [UInt8] = []
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {

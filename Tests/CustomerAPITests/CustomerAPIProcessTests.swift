@@ -260,7 +260,7 @@ struct CustomerAPIProcessTests: ProcessSuite {
             sent += 1
             try await Task.sleep(for: .milliseconds(100))
         }
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = await connection.readUntilClosed(seconds: 5)
         #expect(answer.closed && answer.text.hasPrefix("HTTP/1.1 408") && answer.text.contains("request_timeout"), "\(answer.text)")
         #expect(sent < head.count, "cut off after \(sent) of \(head.count) bytes")
         await scene.finish()

@@ -30,7 +30,7 @@ struct IngestHardeningTests {
         let ingest = try await start()
         let connection = try RawConnection(port: ingest.port)
         if let request { #expect(connection.send(Array(request.utf8))) }
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = await connection.readUntilClosed(seconds: 5)
         try await ingest.stop()
         return answer
     }
@@ -46,7 +46,7 @@ struct IngestHardeningTests {
             sent += 1
             try await Task.sleep(for: .milliseconds(200))
         }
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = await connection.readUntilClosed(seconds: 5)
         #expect(answer.closed, "the connection outlived the deadline")
         #expect(answer.text.hasPrefix("HTTP/1.1 408") && answer.text.contains("\"requestTimeout\""), "\(answer.text)")
         #expect(ContinuousClock.now - started < .seconds(8) && sent < head.count, "cut off after \(sent) of \(head.count) bytes")
@@ -87,7 +87,7 @@ struct IngestHardeningTests {
         for expect in ["", "Expect: 100-continue\r\n"] {
             let connection = try RawConnection(port: ingest.port)
             #expect(connection.send(Array("POST /v2/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\(expect)Content-Length: 50000000\r\n\r\n".utf8)))
-            let answer = connection.readUntilClosed(seconds: 5)
+            let answer = await connection.readUntilClosed(seconds: 5)
             #expect(answer.closed, "kept open after the refusal")
             #expect(answer.text.hasPrefix("HTTP/1.1 400") && answer.text.contains("\"bodyTooLarge\"") && !answer.text.contains("100 Continue"), "\(answer.text)")
         }
@@ -118,7 +118,7 @@ struct IngestHardeningTests {
         #expect(connection.send(Array("POST /v2/notifications HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".utf8)))
         let chunk = Array("10000\r\n".utf8) + [UInt8](repeating: 0x61, count: 0x10000) + Array("\r\n".utf8)
         for _ in 0..<5 where connection.send(chunk) {}
-        let answer = connection.readUntilClosed(seconds: 5)
+        let answer = await connection.readUntilClosed(seconds: 5)
         #expect(answer.closed && answer.text.hasPrefix("HTTP/1.1 400") && answer.text.contains("bodyTooLarge"), "\(answer.text.prefix(300))")
         try await ingest.stop()
     }
