@@ -88,7 +88,6 @@ public final class ReadRouter: Service, Sendable {
         var up = false
         var replayed: UInt64 = 0
         var lag: Duration = .seconds(3_600)
-        var failedAt: ContinuousClock.Instant?
     }
 
     /// Why a read went where it went (the `reason` label of `postgres_reads_total`).
@@ -129,15 +128,9 @@ public final class ReadRouter: Service, Sendable {
         guard hasReplicas else { return try await body() }
         return try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await self.run() }
+            defer { group.cancelAll() }
             await probe()
-            do {
-                let value = try await body()
-                group.cancelAll()
-                return value
-            } catch {
-                group.cancelAll()
-                throw error
-            }
+            return try await body()
         }
     }
 
@@ -180,18 +173,18 @@ public final class ReadRouter: Service, Sendable {
         if let replica {
             do {
                 let value = try await withDeadline(timeout ?? settings.replicaTimeout, "a read on \(replica.name)") { try await body(replica.client) }
-                Self.count(target: replica.name, reason: reason)
+                Self.count(onReplica: true, reason: reason)
                 return value
             } catch {
                 // A query error the primary would answer the same way (bad SQL, a constraint) is not the replica's
                 // fault, but it is cheaper to ask once more than to tell them apart; the replica rests until the probe.
-                replica.state.withLock { $0.up = false; $0.failedAt = .now }
+                replica.state.withLock { $0.up = false }
                 logger.warning("a read on \(replica.name) failed; the primary answers it: \(String(reflecting: error))")
-                Self.count(target: "primary", reason: .replicaFailed)
+                Self.count(onReplica: false, reason: .replicaFailed)
                 return try await body(primary)
             }
         }
-        Self.count(target: "primary", reason: reason)
+        Self.count(onReplica: false, reason: reason)
         return try await body(primary)
     }
 
@@ -212,21 +205,18 @@ public final class ReadRouter: Service, Sendable {
         let candidate = fresh.min { $0.1.lag < $1.1.lag }!
         guard candidate.1.lag <= settings.wait + settings.probeInterval else { return (nil, .tokenBehind) }
         let started = ContinuousClock.now
+        defer { Self.waits.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started)) }
         let deadline = started + settings.wait
+        let client = candidate.0.client
         while ContinuousClock.now < deadline {
-            let client = candidate.0.client
             let answer = try? await withDeadline(settings.replicaTimeout, "a replay position") {
                 try await Self.position(of: client, "SELECT pg_last_wal_replay_lsn()::text")
             }
             guard let replayed = answer else { break }
             candidate.0.state.withLock { $0.replayed = max($0.replayed, replayed) }
-            if replayed >= token.position {
-                Self.waits.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started))
-                return (candidate.0, .waited)
-            }
+            if replayed >= token.position { return (candidate.0, .waited) }
             try? await Task.sleep(for: .milliseconds(5))
         }
-        Self.waits.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - started))
         return (nil, .tokenBehind)
     }
 
@@ -294,8 +284,8 @@ public final class ReadRouter: Service, Sendable {
 
     static let waits = Timer(label: "postgres_read_wait_seconds", preferredDisplayUnit: .seconds)
 
-    static func count(target: String, reason: Reason) {
-        Counter(label: "postgres_reads_total", dimensions: [("target", target == "primary" ? "primary" : "replica"), ("reason", reason.rawValue)]).increment()
+    static func count(onReplica: Bool, reason: Reason) {
+        Counter(label: "postgres_reads_total", dimensions: [("target", onReplica ? "replica" : "primary"), ("reason", reason.rawValue)]).increment()
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {
@@ -303,7 +293,8 @@ public final class ReadRouter: Service, Sendable {
     }
 }
 
-/// Tokens remembered for a short while by key, bounded: the oldest go first when it is full.
+/// Tokens remembered for a short while by key, bounded: when full, the expired entries go, and if none had expired,
+/// all of them (their reads then carry only the tokens they are sent, as with `POSTGRES_READ_STICKY=0`).
 struct StickyTokens {
     var entries: [String: (token: ConsistencyToken, until: ContinuousClock.Instant)] = [:]
     static let capacity = 100_000
