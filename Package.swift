@@ -101,6 +101,11 @@ let package = Package(
             name: "AppStoreServerAPI",
             dependencies: ["AppStoreServerAPIModels", "AppStoreNotifications", asyncHTTPClient, crypto, logging, nioCore, nioHTTP1, tracing]
         ),
+        // The App Store Server API budget every process shares, in PostgreSQL: lanes, grants, Apple's pauses
+        .target(
+            name: "AppStoreBudget",
+            dependencies: ["AppStoreServerAPI", logging, metrics, postgresNIO]
+        ),
         // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
         .target(
             name: "EntitlementEvents",
@@ -153,8 +158,8 @@ let package = Package(
         .target(
             name: "SharedSettings",
             dependencies: [
-                "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "NotificationRecords", "PipelineConfiguration",
-                asyncHTTPClient, logging, nioCore, postgresNIO, serviceLifecycle,
+                "AppStoreBudget", "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "NotificationRecords",
+                "PipelineConfiguration", asyncHTTPClient, logging, nioCore, postgresNIO, serviceLifecycle,
             ]
         ),
         // The notifications topic's record contract: the one place records for it (and its dead letters) are built.
@@ -175,7 +180,7 @@ let package = Package(
         .target(
             name: "NotificationWorker",
             dependencies: ["SharedSettings", 
-                "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
+                "AppStoreBudget", "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
                 "KafkaClient", "ServiceRuntime", hummingbird, logging, metrics, prometheus, postgresNIO,
                 serviceLifecycle, tracing,
             ]
@@ -215,7 +220,7 @@ let package = Package(
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
-                "AppStoreNotifications", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
+                "AppStoreBudget", "AppStoreNotifications", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
                 "NotificationWorker", "PipelineOperations", "ServiceRuntime", "SubscriptionMetrics", "Webhooks", argumentParser,
             ]
         ),
@@ -301,6 +306,8 @@ for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationW
     ]
     // In-process router tests (Hummingbird's test client): the console's pages, the ops routes every service serves.
     case "ConsoleTests", "EndToEndTests": [.product(name: "HummingbirdTesting", package: "hummingbird")]
+    // The shared App Store budget, driven by in-process participants beside real pipelinectl processes.
+    case "AppStorePullTests": ["AppStoreBudget"]
     default: []
     }
     package.targets.append(.testTarget(name: name, dependencies: underTest + ["StoreTestSupport", "PipelineTestSupport", "TestGates", postgresNIO] + extra))

@@ -23,7 +23,7 @@ END = "<!-- end of the generated module graph -->"
 LAYERS = [
     ("bottom", ["PipelineConfiguration", "CRDKafka"]),
     ("core, no I/O", ["AppStoreNotifications", "AppStoreServerAPIModels"]),
-    ("adapters", ["KafkaClient", "EntitlementStore", "AppStoreServerAPI", "ServiceRuntime"]),
+    ("adapters", ["KafkaClient", "EntitlementStore", "AppStoreServerAPI", "AppStoreBudget", "ServiceRuntime"]),
     ("contracts and shared settings", ["NotificationRecords", "SharedSettings", "SubscriptionMetrics"]),
     ("features and services", ["EntitlementEvents", "AppStorePull", "NotificationIngest", "NotificationWorker", "CustomerAPI",
                                "Webhooks", "Console", "PipelineOperations"]),

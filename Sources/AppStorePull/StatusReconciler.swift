@@ -24,6 +24,19 @@ public struct PullSummary: Sendable {
     public var notApplied = 0
     /// Records about an erased customer, from before the erasure, held back (never produced; docs/privacy.md).
     public var erasedHeldBack = 0
+    /// Ids done per second in this run so far, and the time left at that pace (nil until the first id is done):
+    /// the run takes what the App Store budget leaves, so its pace is the honest measure of what remains.
+    public var idsPerSecond: Double?
+    public var secondsLeft: Double?
+
+    /// Adds what one id's work found (the ids' counts and lists; not the position).
+    mutating func merge(_ other: PullSummary) {
+        snapshots += other.snapshots
+        transactions += other.transactions
+        unknownIds += other.unknownIds
+        incompleteItems += other.incompleteItems
+        erasedHeldBack += other.erasedHeldBack
+    }
 
     public init() {}
 }
@@ -40,11 +53,15 @@ public struct StatusReconciler: Sendable {
     public let store: EntitlementStore
     public let logger: Logger
 
-    public init(api: AppStoreServerAPIClient, producer: PulledRecordProducer, store: EntitlementStore, logger: Logger) {
+    /// Ids worked on at once: enough that the App Store budget, not the round trip, bounds a run.
+    public var concurrency: Int
+
+    public init(api: AppStoreServerAPIClient, producer: PulledRecordProducer, store: EntitlementStore, logger: Logger, concurrency: Int = 8) {
         self.api = api
         self.producer = producer
         self.store = store
         self.logger = logger
+        self.concurrency = max(1, concurrency)
     }
 
     public func run(
@@ -58,12 +75,14 @@ public struct StatusReconciler: Sendable {
         }
     }
 
-    /// The frame both pull commands share: a checkpointed walk over `ids` (`pull_runs`, saved after each id), then
-    /// the wait for the workers to store the snapshots produced, then the before → after comparison.
+    /// The frame both pull commands share: a checkpointed walk over `ids` with `concurrency` ids in flight (`pull_runs`
+    /// holds the end of the prefix of ids all done, saved as it grows: a resumed run repeats at most the ids that
+    /// were in flight, harmlessly), then the wait for the workers to store the snapshots produced, then the
+    /// before → after comparison.
     func runOverIds(
         command: String, bundleId: String, environment: Environment, ids: [String], argumentsKey: String, restart: Bool, wait: Duration,
         progress: @Sendable (PullSummary) -> Void,
-        each: (String, inout PullSummary, inout [String: EntitlementSummary?], inout [String: String]) async throws -> Void
+        each: @escaping @Sendable (String, inout PullSummary, inout [String: EntitlementSummary?], inout [String: String]) async throws -> Void
     ) async throws -> PullSummary {
         var summary = PullSummary()
         summary.ids = ids.count
@@ -73,12 +92,54 @@ public struct StatusReconciler: Sendable {
         summary.processed = checkpoint.position
         var before: [String: EntitlementSummary?] = [:]
         var produced: [String: String] = [:]  // snapshot uuid -> originalTransactionId
+        struct Outcome: Sendable {
+            var summary = PullSummary()
+            var before: [String: EntitlementSummary?] = [:]
+            var produced: [String: String] = [:]
+        }
+        let started = ContinuousClock.now
         do {
-            for (index, id) in ids.enumerated() where index >= checkpoint.position {
-                try await each(id, &summary, &before, &produced)
-                summary.processed = index + 1
-                try await store.savePullRun(id: checkpoint.id, position: index + 1)
-                progress(summary)
+            try await withThrowingTaskGroup(of: (Int, Outcome).self) { group in
+                var next = checkpoint.position
+                var done: Set<Int> = []
+                var prefix = checkpoint.position
+                while next < ids.count, next - prefix < concurrency {
+                    let (index, id) = (next, ids[next])
+                    group.addTask {
+                        var outcome = Outcome()
+                        try await each(id, &outcome.summary, &outcome.before, &outcome.produced)
+                        return (index, outcome)
+                    }
+                    next += 1
+                }
+                while let (index, outcome) = try await group.next() {
+                    summary.merge(outcome.summary)
+                    for (key, row) in outcome.before where before[key] == nil { before[key] = row }
+                    produced.merge(outcome.produced) { first, _ in first }
+                    done.insert(index)
+                    let old = prefix
+                    while done.remove(prefix) != nil { prefix += 1 }
+                    if prefix > old {
+                        summary.processed = prefix
+                        try await store.savePullRun(id: checkpoint.id, position: prefix)
+                        let elapsed = ContinuousClock.now - started
+                        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                        if seconds > 0 {
+                            summary.idsPerSecond = Double(prefix - checkpoint.position) / seconds
+                            summary.secondsLeft = summary.idsPerSecond.flatMap { $0 > 0 ? Double(ids.count - prefix) / $0 : nil }
+                        }
+                        progress(summary)
+                    }
+                    while next < ids.count, next - prefix < concurrency {
+                        let (index, id) = (next, ids[next])
+                        group.addTask {
+                            var outcome = Outcome()
+                            try await each(id, &outcome.summary, &outcome.before, &outcome.produced)
+                            return (index, outcome)
+                        }
+                        next += 1
+                    }
+                }
             }
         } catch {
             try? await store.finishPullRun(id: checkpoint.id, error: String(describing: error))

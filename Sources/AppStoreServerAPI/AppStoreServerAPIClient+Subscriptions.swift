@@ -43,7 +43,7 @@ extension AppStoreServerAPIClient {
     /// only): the order's signed transactions; none when Apple says the order id is invalid (`status` 1).
     public func lookUpOrder(bundleId: String, orderId: String) async throws -> [String] {
         let endpoint = "GET /inApps/v1/lookup/{orderId}"
-        let object = try await call(.GET, "/inApps/v1/lookup/" + Self.percentEncoded(orderId), endpoint: endpoint, bundleId: bundleId, family: .subscriptionStatus, body: nil)
+        let object = try await call(.GET, "/inApps/v1/lookup/" + Self.percentEncoded(orderId), endpoint: endpoint, bundleId: bundleId, family: .lookup, body: nil)
         guard let status = object["status"]?.int64Value else {
             throw AppStoreServerAPIError(kind: .malformedResponse, httpStatus: 200, reason: "OrderLookupResponse.status is missing", endpoint: endpoint)
         }
@@ -69,7 +69,7 @@ extension AppStoreServerAPIClient {
         var path = "/inApps/v2/refund/lookup/" + Self.percentEncoded(transactionId)
         if let revision { path += "?revision=" + Self.percentEncoded(revision) }
         return try await call(
-            .GET, path, endpoint: "GET /inApps/v2/refund/lookup/{transactionId}", bundleId: bundleId, family: .transactionHistory, body: nil,
+            .GET, path, endpoint: "GET /inApps/v2/refund/lookup/{transactionId}", bundleId: bundleId, family: .lookup, body: nil,
             as: RefundHistoryResponse.self)
     }
 

@@ -8,29 +8,45 @@ import NIOHTTP1
 import Tracing
 
 /// The App Store Server API over AsyncHTTPClient: JWT auth, Apple's errors as `AppStoreServerAPIError`, retries
-/// with backoff and jitter that honour `Retry-After`, and a per-app rate limiter. Every call has a deadline.
+/// with backoff and jitter that honour `Retry-After`, and a budget per (app, environment, endpoint class) shared with
+/// every other process when it is the shared one (docs/appstore-budget.md). Every call has a deadline.
 public final class AppStoreServerAPIClient: Sendable {
-    /// Endpoint families, each with its own rate limit.
-    public enum EndpointFamily: String, Sendable {
+    /// Endpoint classes, each with its own rate limit (`APPSTORE_API_RATE`).
+    public enum EndpointFamily: String, Sendable, CaseIterable {
+        /// Get Notification History.
         case notificationHistory
+        /// Request a Test Notification, Get Test Notification Status (each limited apart).
         case testNotification
+        /// Get All Subscription Statuses, Get Transaction Info, Get App Transaction Info, mass extension status.
         case subscriptionStatus
+        /// Get Transaction History.
         case transactionHistory
+        /// Look Up Order ID and Get Refund History: Apple allows fewer.
+        case lookup
+        /// Send Consumption Information, Set App Account Token, renewal-date extensions.
         case consumption
     }
 
     public let configuration: AppStoreServerAPIConfiguration
     let signer: AppStoreTokenSigner
     let httpClient: HTTPClient
-    let limiter = RequestRateLimiter()
+    /// Where each call takes its turn: this process's own, or the one every process shares.
+    public let budget: any AppStoreRequestBudget
+    /// The lane of calls made outside `AppStoreAPILane.$current.withValue` (the customer API's: `.purchase`).
+    public let defaultLane: AppStoreAPILane
     let logger: Logger
     /// Told about every wait before a retry (the CLI shows it as progress).
     let onRetry: @Sendable (AppStoreServerAPIError, Duration) -> Void
     /// The largest answer read; Apple's pages are far smaller.
     static let maximumResponseBytes = 32 * 1024 * 1024
 
-    public init(configuration: AppStoreServerAPIConfiguration, logger: Logger, onRetry: @escaping @Sendable (AppStoreServerAPIError, Duration) -> Void = { _, _ in }) {
+    public init(
+        configuration: AppStoreServerAPIConfiguration, logger: Logger, budget: (any AppStoreRequestBudget)? = nil, defaultLane: AppStoreAPILane = .console,
+        onRetry: @escaping @Sendable (AppStoreServerAPIError, Duration) -> Void = { _, _ in }
+    ) {
         self.configuration = configuration
+        self.budget = budget ?? LocalRequestBudget()
+        self.defaultLane = defaultLane
         self.signer = AppStoreTokenSigner(keyId: configuration.keyId, issuerId: configuration.issuerId, signingKey: configuration.signingKey)
         var httpConfiguration = HTTPClient.Configuration()
         httpConfiguration.timeout = .init(connect: .seconds(10), read: .seconds(30))
@@ -100,21 +116,26 @@ public final class AppStoreServerAPIClient: Sendable {
             attempt += 1
             let perSecond = configuration.rateLimits.perSecond(family)
             // Request a Test Notification and Get Test Notification Status are limited each on its own.
+            let bucket = AppStoreBudgetBucket(
+                bundleId: bundleId, environment: configuration.environment.rawValue,
+                endpointClass: family == .testNotification ? "\(family.rawValue)-\(method.rawValue)" : family.rawValue)
             do {
-                try await limiter.acquire(
-                    "\(bundleId)|\(family.rawValue)|\(family == .testNotification ? method.rawValue : "")", perSecond: perSecond,
-                    maximumWait: configuration.rateLimits.maximumWait)
-            } catch let refusal as RequestRateLimiter.Refusal {
+                try await budget.acquire(bucket, lane: AppStoreAPILane.current ?? defaultLane, perSecond: perSecond, maximumWait: configuration.rateLimits.maximumWait)
+            } catch let refusal as AppStoreBudgetRefusal {
                 let seconds = Double(refusal.wait.components.seconds) + Double(refusal.wait.components.attoseconds) / 1e18
                 throw AppStoreServerAPIError(
                     kind: .throttled, retryAfter: Date().addingTimeInterval(seconds),
-                    reason: "not sent: this app's \(family.rawValue) calls are over their rate, and the next turn is \(refusal.wait) away", endpoint: endpoint)
+                    reason: "not sent: this app's \(family.rawValue) calls are over their budget, and the next turn is \(refusal.wait) away", endpoint: endpoint)
             }
             let error: AppStoreServerAPIError
             do {
                 return try await once(method, path, endpoint: endpoint, bundleId: bundleId, body: body)
             } catch let failure as AppStoreServerAPIError {
                 error = failure
+            }
+            // Apple said when to come back: no process of ours calls this class before then.
+            if let until = error.retryAfter, error.httpStatus == 429 || error.httpStatus == 503 {
+                await budget.pause(bucket, until: until, reason: "\(error.httpStatus ?? 0) \(error.errorCode.map(String.init) ?? "")".trimmingCharacters(in: .whitespaces))
             }
             guard error.isRetryable else { throw error }
             let elapsed = ContinuousClock.now - started
@@ -201,12 +222,13 @@ public final class AppStoreServerAPIClient: Sendable {
             error.errorCode = object["errorCode"]?.int64Value
             error.errorMessage = object["errorMessage"]?.stringValue.map { UntrustedText.escaped($0, limit: 300) }
         }
-        if status == 429 || error.errorCode == AppleErrorCode.rateLimitExceeded {
+        if status == 429 || status == 503 || error.errorCode == AppleErrorCode.rateLimitExceeded {
             error.retryAfter = headers.first(name: "Retry-After").flatMap(Self.parseRetryAfter)
         }
         error.reason = switch status {
         case 401: AppleErrorCode.unauthorizedExplanation
         case 429: "rate limit exceeded" + (error.retryAfter.map { "; Apple allows the next call at \($0.formatted(.iso8601))" } ?? "")
+        case 503 where error.retryAfter != nil: "Apple is unavailable; it allows the next call at \(error.retryAfter!.formatted(.iso8601))"
         default: error.isRetryable ? "Apple says this may succeed if tried again" : "Apple refused the request"
         }
         if error.errorCode == nil, !data.isEmpty, parsed == nil {

@@ -15,7 +15,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
     public var environment: Environment
     /// `APPSTORE_API_BASE_URL`: overrides Apple's URL for the environment (tests, a proxy).
     public var baseURL: String
-    /// Requests per second per app, by endpoint family (`APPSTORE_RATE_LIMIT_*`).
+    /// Requests per second per app, by endpoint class (`APPSTORE_API_RATE`, `APPSTORE_RATE_LIMIT_*`).
     public var rateLimits: RateLimits
     /// How a failed call is retried.
     public var retryPolicy: RetryPolicy
@@ -40,19 +40,21 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
     /// Never the key: only where it points and whose it is.
     public var description: String { "App Store Server API \(environment.rawValue) at \(baseURL), key id \(keyId), issuer \(issuerId)" }
 
-    /// Client-side limits that keep a run under Apple's own (documented per endpoint; sandbox allows a tenth).
+    /// The budget per app and endpoint class that every process together keeps within (the shared budget) and
+    /// Apple's own limits (documented per endpoint in "Identifying rate limits"; sandbox allows a tenth). A 429 or 503
+    /// with `Retry-After` pauses the class whatever these say.
     public struct RateLimits: Sendable, Hashable {
         /// Get Notification History: 50 requests/s in production.
         public var notificationHistoryPerSecond: Double
         /// Request a Test Notification and Get Test Notification Status: 1 request/s in production.
         public var testNotificationPerSecond: Double
-
-        /// Get All Subscription Statuses and Get Transaction Info. Our default, not Apple's published figure
-        /// (Apple lists per-endpoint limits in "Identifying rate limits"; a 429 is honoured whatever this says).
+        /// Get All Subscription Statuses, Get Transaction Info, Get App Transaction Info: 50 requests/s.
         public var subscriptionStatusPerSecond: Double
-        /// Get Transaction History (the same caveat).
+        /// Get Transaction History: 50 requests/s.
         public var transactionHistoryPerSecond: Double
-        /// Send Consumption Information.
+        /// Look Up Order ID and Get Refund History: fewer (10 requests/s, our default).
+        public var lookupPerSecond: Double
+        /// Send Consumption Information, Set App Account Token, renewal-date extensions.
         public var consumptionPerSecond: Double
         /// The longest a call waits for its turn under these limits; a call that would wait longer is refused at
         /// once (`AppStoreServerAPIError.Kind.throttled`, with the moment it could go as `retryAfter`) instead of
@@ -64,18 +66,63 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
             let scale = environment == .production ? 1.0 : 0.1
             notificationHistoryPerSecond = 50 * scale
             testNotificationPerSecond = 1 * scale
-            subscriptionStatusPerSecond = 20 * scale
-            transactionHistoryPerSecond = 20 * scale
+            subscriptionStatusPerSecond = 50 * scale
+            transactionHistoryPerSecond = 50 * scale
+            lookupPerSecond = 10 * scale
             consumptionPerSecond = 10 * scale
         }
 
-        func perSecond(_ family: AppStoreServerAPIClient.EndpointFamily) -> Double {
+        public func perSecond(_ family: AppStoreServerAPIClient.EndpointFamily) -> Double {
             switch family {
+            case .lookup: lookupPerSecond
             case .notificationHistory: notificationHistoryPerSecond
             case .testNotification: testNotificationPerSecond
             case .subscriptionStatus: subscriptionStatusPerSecond
             case .transactionHistory: transactionHistoryPerSecond
             case .consumption: consumptionPerSecond
+            }
+        }
+
+        public mutating func set(_ family: AppStoreServerAPIClient.EndpointFamily, _ perSecond: Double) {
+            switch family {
+            case .lookup: lookupPerSecond = perSecond
+            case .notificationHistory: notificationHistoryPerSecond = perSecond
+            case .testNotification: testNotificationPerSecond = perSecond
+            case .subscriptionStatus: subscriptionStatusPerSecond = perSecond
+            case .transactionHistory: transactionHistoryPerSecond = perSecond
+            case .consumption: consumptionPerSecond = perSecond
+            }
+        }
+
+        /// The names `APPSTORE_API_RATE` takes, by class.
+        public static let classNames: [String: AppStoreServerAPIClient.EndpointFamily] = [
+            "history": .notificationHistory, "test-notification": .testNotification, "statuses": .subscriptionStatus,
+            "transaction-history": .transactionHistory, "lookup": .lookup, "consumption": .consumption,
+        ]
+
+        /// `APPSTORE_API_RATE`: one number for every class (`50`), or `class=rate` pairs (`statuses=50,lookup=10`)
+        /// with the classes of `classNames`; classes not named keep their rate.
+        public mutating func apply(_ text: String) throws(AppStoreConfigurationError) {
+            func number(_ value: Substring) throws(AppStoreConfigurationError) -> Double {
+                guard let rate = Double(value.trimmingCharacters(in: .whitespaces)), rate > 0, rate <= 10_000 else {
+                    throw AppStoreConfigurationError(variable: "APPSTORE_API_RATE", reason: "takes requests per second above 0 and at most 10000, got \(UntrustedText.quoted(String(value)))")
+                }
+                return rate
+            }
+            if !text.contains("=") {
+                let rate = try number(Substring(text))
+                for family in AppStoreServerAPIClient.EndpointFamily.allCases { set(family, rate) }
+                return
+            }
+            for pair in text.split(separator: ",") {
+                let parts = pair.split(separator: "=", maxSplits: 1)
+                let name = parts.first.map { $0.trimmingCharacters(in: .whitespaces) } ?? ""
+                guard parts.count == 2, let family = Self.classNames[name] else {
+                    throw AppStoreConfigurationError(
+                        variable: "APPSTORE_API_RATE",
+                        reason: "names classes as class=rate with class one of \(Self.classNames.keys.sorted().joined(separator: ", ")); got \(UntrustedText.quoted(String(pair)))")
+                }
+                set(family, try number(parts[1]))
             }
         }
     }
@@ -96,7 +143,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
     /// The variables `fromEnvironment` reads (every process that calls Apple: the worker's healer, the customer
     /// API, pipelinectl's pull commands).
     public static let environmentKeys = [
-        "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_RATE_LIMIT_HISTORY",
+        "APPSTORE_KEY_ID", "APPSTORE_ISSUER_ID", "APPSTORE_PRIVATE_KEY_FILE", "APPSTORE_API_BASE_URL", "APPSTORE_API_RATE", "APPSTORE_RATE_LIMIT_HISTORY",
         "APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", "APPSTORE_RATE_LIMIT_STATUSES", "APPSTORE_RATE_LIMIT_TRANSACTION_HISTORY", "APPSTORE_RATE_LIMIT_CONSUMPTION",
         "APPSTORE_MAX_ATTEMPTS",
     ]
@@ -131,6 +178,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
             }
             return value
         }
+        if let text = variables["APPSTORE_API_RATE"], !text.isEmpty { try configuration.rateLimits.apply(text) }
         configuration.rateLimits.notificationHistoryPerSecond = try rate("APPSTORE_RATE_LIMIT_HISTORY", configuration.rateLimits.notificationHistoryPerSecond)
         configuration.rateLimits.testNotificationPerSecond = try rate("APPSTORE_RATE_LIMIT_TEST_NOTIFICATION", configuration.rateLimits.testNotificationPerSecond)
         configuration.rateLimits.subscriptionStatusPerSecond = try rate("APPSTORE_RATE_LIMIT_STATUSES", configuration.rateLimits.subscriptionStatusPerSecond)

@@ -19,7 +19,7 @@ public func buildConsoleServices(configuration: ConsoleConfiguration, registry: 
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
     producerConfiguration.lingerMilliseconds = 1
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
-    let appStore = try shared.appStoreClients(maximumWait: .seconds(5), logger: logger)
+    let appStore = try shared.appStoreClients(maximumWait: .seconds(5), postgres: postgres, lane: .console, logger: logger)
     let entitlements = EntitlementStore(client: postgres, logger: logger, erasureKey: shared.erasureKey)
     let actions = ConsoleActions(
         producer: producer, topic: shared.topic, deadLetterTopic: shared.deadLetterTopic, appStore: appStore, entitlements: entitlements, logger: logger)

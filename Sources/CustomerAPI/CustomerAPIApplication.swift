@@ -41,7 +41,7 @@ public func buildCustomerAPIServices(
     producerConfiguration.lingerMilliseconds = 1
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
     // A request of a backend waits at most 2 s for Apple's turn, then gets 503 with Retry-After.
-    let appStore = try shared.appStoreClients(maximumWait: .seconds(2), logger: logger)
+    let appStore = try shared.appStoreClients(maximumWait: .seconds(2), postgres: postgres, lane: .purchase, logger: logger)
     let metrics = CustomerAPIMetrics(registry: registry)
     let handler = CustomerAPIHandler(
         configuration: configuration, verifier: verifier, store: store, reads: reads, producer: PulledRecordProducer(producer: producer, topic: shared.topic, erasures: nil),

@@ -91,18 +91,26 @@ extension EntitlementStore {
                         OR (status = 'gracePeriod' AND grace_period_expires_at < now() AND last_signed_date < grace_period_expires_at)
                         OR (status = 'billingRetry' AND last_signed_date < now() - interval '60 days')))
                    OR (\(older) >= 0 AND updated_at < now() - make_interval(secs => \(older) / 1000.0)))
-            ORDER BY original_transaction_id
+            ORDER BY \(unescaped: Self.renewalOrder)
             """,
             logger: logger)
         for try await id in rows.decode(String.self) { ids.append(id) }
         return ids
     }
 
-    /// Every subscription of the app, in a stable order.
+    /// A sweep's order: the rows whose state is about to matter first, by the distance of their next renewal (or
+    /// grace end) from the start of today (UTC), so the order holds for a day and a resumed run finds its place; rows
+    /// with no date last.
+    static let renewalOrder = """
+        abs(extract(epoch FROM coalesce(grace_period_expires_at, expires_at) - date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')) NULLS LAST,
+        original_transaction_id
+        """
+
+    /// Every subscription of the app, the next renewals first (`renewalOrder`).
     public func allSubscriptions(environment: String, bundleId: String) async throws -> [String] {
         var ids: [String] = []
         let rows = try await client.query(
-            "SELECT original_transaction_id FROM entitlements WHERE environment = \(environment) AND bundle_id = \(bundleId) ORDER BY original_transaction_id",
+            "SELECT original_transaction_id FROM entitlements WHERE environment = \(environment) AND bundle_id = \(bundleId) ORDER BY \(unescaped: Self.renewalOrder)",
             logger: logger)
         for try await id in rows.decode(String.self) { ids.append(id) }
         return ids

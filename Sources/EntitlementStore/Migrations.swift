@@ -514,5 +514,6 @@ public enum Migrations {
         privacy,
         partitions,
         routingKeys,
+        appStoreBudget,
     ]
 }

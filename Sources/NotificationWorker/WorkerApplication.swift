@@ -1,3 +1,4 @@
+import AppStoreBudget
 import AppStoreNotifications
 import AppStorePull
 import AppStoreServerAPI
@@ -57,8 +58,11 @@ package func buildWorkerServices(
     var healServices: [any Service] = []
     if let variables = configuration.appStoreVariables {
         var reconcilers: [AppStoreNotifications.Environment: StatusReconciler] = [:]
+        // Healing shares the app's budget with every other process, in its lane (below the purchase path).
+        let budget = SharedRequestBudget(client: postgres, logger: logger)
         for environment in Set(configuration.apps.flatMap(\.environments)) where environment == .production || environment == .sandbox {
-            let api = AppStoreServerAPIClient(configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger)
+            let api = AppStoreServerAPIClient(
+                configuration: try AppStoreServerAPIConfiguration.fromEnvironment(variables, environment: environment), logger: logger, budget: budget, defaultLane: .healing)
             reconcilers[environment] = StatusReconciler(api: api, producer: PulledRecordProducer(producer: deadLetters, topic: configuration.topic, erasures: store), store: store, logger: logger)
         }
         healServices = [ContradictionHealer(

@@ -108,6 +108,10 @@ public final class FakeAppStoreServerAPI: Sendable {
         var massExtensions: [String: JSONObject] = [:]
         /// App transactions by any transaction id of the customer (Get App Transaction Info).
         var appTransactions: [String: String] = [:]
+        /// Apple's per-app limit, when set: requests in one wall-clock second past it are answered 429.
+        var rateLimitPerSecond: Int?
+        /// Requests per wall-clock second (UNIX seconds): all that arrived, and those answered 429 by the limit.
+        var perSecond: [Int64: (arrived: Int, throttled: Int)] = [:]
     }
 
     /// What Apple knows of one subscription: its current status and every signed transaction, oldest first.
@@ -149,6 +153,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     /// Starts serving on `host:port` (0: a free port) and returns the port.
     public func start(host: String = "127.0.0.1", port requestedPort: Int = 0, extraRoutes: @Sendable (Router<BasicRequestContext>) -> Void = { _ in }) async throws -> Int {
         let router = Router()
+        router.add(middleware: RateLimit(fake: self))
         extraRoutes(router)
         router.post("/inApps/v1/notifications/history") { request, _ in try await self.history(request) }
         router.post("/inApps/v1/notifications/test") { request, _ in try await self.requestTest(request) }
@@ -173,6 +178,38 @@ public final class FakeAppStoreServerAPI: Sendable {
 
     /// The base URL to give the client (`APPSTORE_API_BASE_URL`).
     public var baseURL: String { "http://127.0.0.1:\(server.withLock { $0 }?.port ?? 0)" }
+
+    /// Enforces Apple's per-app limit as Apple does: past `perSecond` requests in one second, 429 with errorCode
+    /// 4290000 and `Retry-After` (UNIX milliseconds) at the next second. nil lifts it.
+    public func setRateLimit(perSecond: Int?) {
+        state.withLock { $0.rateLimitPerSecond = perSecond }
+    }
+
+    /// Requests per wall-clock second (UNIX seconds), arrived and answered 429 by the limit.
+    public var requestsPerSecond: [Int64: (arrived: Int, throttled: Int)] {
+        state.withLock { $0.perSecond }
+    }
+
+    /// Counts every request; answers 429 past the limit.
+    struct RateLimit: RouterMiddleware {
+        typealias Context = BasicRequestContext
+        let fake: FakeAppStoreServerAPI
+
+        func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+            let now = Date().timeIntervalSince1970
+            let second = Int64(now.rounded(.down))
+            let over = fake.state.withLock { state in
+                state.perSecond[second, default: (0, 0)].arrived += 1
+                guard let limit = state.rateLimitPerSecond, state.perSecond[second]!.arrived > limit else { return false }
+                state.perSecond[second]!.throttled += 1
+                return true
+            }
+            guard over else { return try await next(request, context) }
+            fake.log(request, status: 429)
+            return FakeAppStoreServerAPI.appleError(
+                .tooManyRequests, 4_290_000, "Rate limit exceeded.", headers: [HTTPField.Name("Retry-After")!: String((second + 1) * 1000)])
+        }
+    }
 
     public func stop() async {
         await server.withLock { $0 }?.stop()

@@ -1,4 +1,6 @@
+import AppStoreBudget
 import AppStoreNotifications
+import EntitlementStore
 import AppStoreServerAPI
 import ArgumentParser
 import Foundation
@@ -42,16 +44,25 @@ struct AppStoreOptions: ParsableArguments {
         return environment
     }
 
-    /// A client configured from APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, APPSTORE_API_BASE_URL.
-    func client(onRetry: @escaping @Sendable (AppStoreServerAPIError, Duration) -> Void = { _, _ in }) throws -> AppStoreServerAPIClient {
+    /// A client configured from APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, APPSTORE_API_BASE_URL,
+    /// APPSTORE_API_RATE; its calls take their turns in `budget` (the shared one, where the command has the database),
+    /// in `lane`.
+    func client(
+        budget: (any AppStoreRequestBudget)? = nil, lane: AppStoreAPILane = .console,
+        onRetry: @escaping @Sendable (AppStoreServerAPIError, Duration) -> Void = { _, _ in }
+    ) throws -> AppStoreServerAPIClient {
+        let configuration = try configuration()
+        return AppStoreServerAPIClient(configuration: configuration, logger: toolLogger, budget: budget, defaultLane: lane, onRetry: onRetry)
+    }
+
+    /// The client's configuration from the `APPSTORE_*` variables.
+    func configuration() throws -> AppStoreServerAPIConfiguration {
         let environment = try resolvedEnvironment()
-        let configuration: AppStoreServerAPIConfiguration
         do {
-            configuration = try AppStoreServerAPIConfiguration.fromEnvironment(ProcessInfo.processInfo.environment, environment: environment)
+            return try AppStoreServerAPIConfiguration.fromEnvironment(ProcessInfo.processInfo.environment, environment: environment)
         } catch {
             throw ValidationError(error.description)
         }
-        return AppStoreServerAPIClient(configuration: configuration, logger: toolLogger, onRetry: onRetry)
     }
 }
 
@@ -104,9 +115,7 @@ struct BackfillCommand: AsyncParsableCommand {
             producerConfiguration.deliveryTimeoutMilliseconds = 30_000
             return try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
         }()
-        // Last: from here on every path shuts it down.
-        let api = try appStore.client { error, wait in progress.note("waiting \(wait) before retrying: \(error)") }
-        let digest = runDigest(erasureKey: operations.erasureKey, api: api)
+        let digest = runDigest(erasureKey: operations.erasureKey, configuration: try appStore.configuration())
         let request = { @Sendable (start: Int64, end: Int64, onlyFailures: Bool, key: String) -> BackfillRequest in
             var request = BackfillRequest(bundleId: appStore.bundleId, environment: environment, startDate: start, endDate: end, argumentsKey: key)
             request.identifierDigest = digest
@@ -118,8 +127,32 @@ struct BackfillCommand: AsyncParsableCommand {
         }
         do {
             try await operations.withStore(logger: toolLogger) { store in
+                // Its calls take the backfill lane's turns in the budget every process shares.
+                let api = try appStore.client(budget: SharedRequestBudget(client: store.client, logger: toolLogger), lane: .backfill) { error, wait in
+                    progress.note("waiting \(wait) before retrying: \(error)")
+                }
+                do {
+                    try await backfill(store: store, api: api, producer: producer, environment: environment, progress: progress, request: request)
+                } catch {
+                    await api.shutdown()
+                    throw error
+                }
+                await api.shutdown()
+            }
+        } catch {
+            await producer?.close()
+            throw error
+        }
+        await producer?.close()
+    }
+
+    func backfill(
+        store: EntitlementStore, api: AppStoreServerAPIClient, producer: KafkaProducer?, environment: Environment, progress: BackfillProgressLine,
+        request: @escaping @Sendable (Int64, Int64, Bool, String) -> BackfillRequest
+    ) async throws {
                 let pending = try await store.pendingMigrations()
                 guard pending.isEmpty else { throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first") }
+                let operations = try connection.configuration()
                 let backfill = NotificationBackfill(api: api, producer: producer, store: store, topic: operations.topic, logger: toolLogger)
                 if follow {
                     let interval = try parseDuration(every, option: "--every")
@@ -150,14 +183,6 @@ struct BackfillCommand: AsyncParsableCommand {
                 ].joined(separator: "|")
                 let summary = try await backfill.run(request(start, end, onlyFailures, key), restart: restart) { progress.update($0) }
                 report(summary)
-            }
-        } catch {
-            await producer?.close()
-            await api.shutdown()
-            throw error
-        }
-        await producer?.close()
-        await api.shutdown()
     }
 
     func report(_ summary: BackfillSummary) {

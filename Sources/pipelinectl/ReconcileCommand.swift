@@ -1,3 +1,4 @@
+import AppStoreBudget
 import AppStoreNotifications
 import AppStoreServerAPI
 import ArgumentParser
@@ -7,6 +8,7 @@ import KafkaClient
 import AppStorePull
 import NotificationRecords
 import ServiceRuntime
+import Synchronization
 
 /// Which subscriptions a pull command asks Apple about.
 struct IdSelection: ParsableArguments {
@@ -68,10 +70,11 @@ func printPullSummary(_ summary: PullSummary, command: String, json: Bool) {
 
 /// Runs `body` with what every pull command needs: the API client, a producer, the store (migrated).
 func withPullServices<T: Sendable>(
-    appStore: AppStoreOptions, connection: ConnectionOptions, _ body: @Sendable (AppStoreServerAPIClient, PulledRecordProducer, EntitlementStore) async throws -> T
+    appStore: AppStoreOptions, connection: ConnectionOptions, lane: AppStoreAPILane = .console,
+    _ body: @Sendable (AppStoreServerAPIClient, PulledRecordProducer, EntitlementStore) async throws -> T
 ) async throws -> T {
     let operations = try connection.configuration()
-    let api = try appStore.client { error, wait in FileHandle.standardError.write(Data("waiting \(wait) before retrying: \(error)\n".utf8)) }
+    _ = try appStore.configuration()  // the key and settings are checked before anything starts
     var producerConfiguration = KafkaProducerConfiguration(client: try operations.requireKafka())
     producerConfiguration.deliveryTimeoutMilliseconds = 30_000
     let producer = try KafkaProducer(configuration: producerConfiguration, logger: toolLogger)
@@ -79,14 +82,23 @@ func withPullServices<T: Sendable>(
         let result = try await operations.withStore(logger: toolLogger) { store in
             let pending = try await store.pendingMigrations()
             guard pending.isEmpty else { throw ValidationError("the database lacks migration(s) \(pending.map(\.version)): run `pipelinectl migrate` first") }
-            return try await body(api, PulledRecordProducer(producer: producer, topic: operations.topic, erasures: store), store)
+            // Its calls take `lane`'s turns in the budget every process shares.
+            let api = try appStore.client(budget: SharedRequestBudget(client: store.client, logger: toolLogger), lane: lane) { error, wait in
+                FileHandle.standardError.write(Data("waiting \(wait) before retrying: \(error)\n".utf8))
+            }
+            do {
+                let result = try await body(api, PulledRecordProducer(producer: producer, topic: operations.topic, erasures: store), store)
+                await api.shutdown()
+                return result
+            } catch {
+                await api.shutdown()
+                throw error
+            }
         }
         await producer.close()
-        await api.shutdown()
         return result
     } catch {
         await producer.close()
-        await api.shutdown()
         throw error
     }
 }
@@ -111,6 +123,7 @@ struct ReconcileCommand: AsyncParsableCommand {
     @Option(help: "With --stale: also rows not updated for this long (e.g. 30d).") var olderThan: String?
     @Flag(help: "Every subscription of the app in the database.") var all = false
     @Flag(help: "Rows that contradict Apple's last word (the workers heal them by themselves when they have an API key).") var contradicted = false
+    @Option(help: "Subscriptions asked about at once (the shared App Store budget, not this, bounds the rate).") var concurrency = 8
     @Option(help: "How long to wait for the workers to apply the snapshots before comparing (e.g. 2m).") var wait = "2m"
     @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
     @Flag(help: "Print the summary as JSON.") var json = false
@@ -129,29 +142,30 @@ struct ReconcileCommand: AsyncParsableCommand {
         let listed = try selection.ids()
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
         let olderThanMilliseconds = try olderThan.map { try parseDuration($0, option: "--older-than") }
-        let (stale, all, contradicted, restart, bundleId) = (stale, all, contradicted, restart, appStore.bundleId)
-        let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+        let (stale, all, contradicted, restart, bundleId, concurrency) = (stale, all, contradicted, restart, appStore.bundleId, max(1, concurrency))
+        let summary = try await withPullServices(appStore: appStore, connection: connection, lane: .sweep) { api, producer, store in
             let runKey = runDigest(erasureKey: store.erasureKey, api: api)
             let ids: [String]
             let key: String
             if stale {
                 ids = try await store.staleSubscriptions(environment: environment.rawValue, bundleId: bundleId, notUpdatedForMilliseconds: olderThanMilliseconds)
-                key = "stale|\(bundleId)|\(environment.rawValue)|\(olderThanMilliseconds ?? -1)"
+                key = "stale|\(bundleId)|\(environment.rawValue)|\(olderThanMilliseconds ?? -1)|\(sweepDay())"
             } else if contradicted {
                 ids = try await store.contradictedSubscriptions(environment: environment.rawValue, bundleId: bundleId)
                 key = "contradicted|\(bundleId)|\(environment.rawValue)|\(runKey.hex(ids.joined(separator: ",")))"
             } else if all {
                 ids = try await store.allSubscriptions(environment: environment.rawValue, bundleId: bundleId)
-                key = "all|\(bundleId)|\(environment.rawValue)"
+                key = "all|\(bundleId)|\(environment.rawValue)|\(sweepDay())"
             } else {
                 ids = listed
                 key = "ids|\(bundleId)|\(environment.rawValue)|\(runKey.hex(ids.joined(separator: ",")))"
             }
-            let reconciler = StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger)
+            let reconciler = StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger, concurrency: concurrency)
+            let line = ProgressThrottle()
             return try await reconciler.run(
                 bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)
             ) { progress in
-                FileHandle.standardError.write(Data("reconcile: \(progress.processed)/\(progress.ids) id(s), \(progress.snapshots) snapshot(s)\n".utf8))
+                line.write("reconcile: \(progress.processed)/\(progress.ids) id(s), \(progress.snapshots) snapshot(s)\(pace(progress))", last: progress.processed == progress.ids)
             }
         }
         printPullSummary(summary, command: "reconcile", json: json)
@@ -175,6 +189,7 @@ struct ImportCommand: AsyncParsableCommand {
     @OptionGroup var selection: IdSelection
     @Option(help: "How long to wait for the workers to apply the snapshots before comparing (e.g. 2m).") var wait = "2m"
     @Flag(help: "Start over instead of resuming an unfinished run with the same arguments.") var restart = false
+    @Option(help: "Customers imported at once (the shared App Store budget, not this, bounds the rate).") var concurrency = 8
     @Flag(help: "Print the summary as JSON.") var json = false
 
     /// A trace of its own when tracing is on (OTEL_EXPORTER_OTLP_ENDPOINT): its records' handling joins it.
@@ -185,13 +200,14 @@ struct ImportCommand: AsyncParsableCommand {
         let ids = try selection.ids()
         guard !ids.isEmpty else { throw ValidationError("give the ids to import: --transaction-id or --from-file") }
         let waitMilliseconds = try parseDuration(wait, option: "--wait")
-        let (restart, bundleId) = (restart, appStore.bundleId)
-        let summary = try await withPullServices(appStore: appStore, connection: connection) { api, producer, store in
+        let (restart, bundleId, concurrency) = (restart, appStore.bundleId, max(1, concurrency))
+        let summary = try await withPullServices(appStore: appStore, connection: connection, lane: .sweep) { api, producer, store in
             let key = "ids|\(bundleId)|\(environment.rawValue)|\(runDigest(erasureKey: store.erasureKey, api: api).hex(ids.joined(separator: ",")))"
-            let importer = HistoryImporter(reconciler: StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger))
+            let importer = HistoryImporter(reconciler: StatusReconciler(api: api, producer: producer, store: store, logger: toolLogger, concurrency: concurrency))
+            let line = ProgressThrottle()
             return try await importer.run(bundleId: bundleId, environment: environment, ids: ids, argumentsKey: key, restart: restart, wait: .milliseconds(waitMilliseconds)) {
                 progress in
-                FileHandle.standardError.write(Data("import: \(progress.processed)/\(progress.ids) id(s), \(progress.transactions) transaction(s)\n".utf8))
+                line.write("import: \(progress.processed)/\(progress.ids) id(s), \(progress.transactions) transaction(s)\(pace(progress))", last: progress.processed == progress.ids)
             }
         }
         printPullSummary(summary, command: "import", json: json)
@@ -201,7 +217,41 @@ struct ImportCommand: AsyncParsableCommand {
 /// The keyed digest pull runs and backfill runs are found again by (`KeyedDigest`): under the deployment's erasure
 /// key when `ERASURE_KEY_FILE` is set, else under Apple's API key (a secret outside the database either way), so a
 /// run's key never reverses into a customer's transaction ids.
+/// ", 48.7 id(s)/s, about 3m 12s left": the run's pace so far (it takes what the App Store budget leaves).
+func pace(_ summary: PullSummary) -> String {
+    guard let rate = summary.idsPerSecond, let left = summary.secondsLeft else { return "" }
+    let seconds = Int(left.rounded(.up))
+    let time = seconds >= 3600 ? "\(seconds / 3600)h \(seconds % 3600 / 60)m" : seconds >= 60 ? "\(seconds / 60)m \(seconds % 60)s" : "\(seconds)s"
+    return ", \(String(format: "%.1f", rate)) id(s)/s, about \(time) left"
+}
+
+/// Progress lines on stderr at most once a second (and the last one), so a run of thousands of ids a minute stays
+/// readable.
+final class ProgressThrottle: Sendable {
+    private let last = Mutex<ContinuousClock.Instant?>(nil)
+
+    func write(_ line: String, last final: Bool) {
+        let now = ContinuousClock.now
+        let due = last.withLock { last in
+            guard final || last.map({ now - $0 >= .seconds(1) }) ?? true else { return false }
+            last = now
+            return true
+        }
+        if due { FileHandle.standardError.write(Data((line + "\n").utf8)) }
+    }
+}
+
+/// The UTC day a sweep's order is computed for (`renewalOrder`): part of its run key, so a run resumes only under the
+/// order it started with.
+func sweepDay() -> String {
+    String(Date().formatted(.iso8601.year().month().day()))
+}
+
 func runDigest(erasureKey: ErasureKey?, api: AppStoreServerAPIClient) -> KeyedDigest {
+    runDigest(erasureKey: erasureKey, configuration: api.configuration)
+}
+
+func runDigest(erasureKey: ErasureKey?, configuration: AppStoreServerAPIConfiguration) -> KeyedDigest {
     if let key = erasureKey { return key.runDigest }
-    return KeyedDigest(secret: Array(api.configuration.signingKey.rawRepresentation))
+    return KeyedDigest(secret: Array(configuration.signingKey.rawRepresentation))
 }

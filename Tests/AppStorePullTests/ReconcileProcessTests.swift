@@ -196,8 +196,9 @@ struct ReconcileProcessTests: ProcessSuite {
             scene.apple.fake.setSubscription(Self.truth(event, minter: minter))
             ids.append(event.originalTransactionId)
         }
-        let arguments = ["reconcile"] + Self.app + ["--transaction-id"] + ids + ["--wait", "1s", "--json"]
-        let (process, _) = try scene.start(arguments, extra: ["APPSTORE_RATE_LIMIT_STATUSES": "4"])  // 4 at once, then one every 0.25 s
+        // One id at a time, so the resumed run's requests are exactly the ids after the checkpoint, in order.
+        let arguments = ["reconcile"] + Self.app + ["--transaction-id"] + ids + ["--wait", "1s", "--json", "--concurrency", "1"]
+        let (process, _) = try scene.start(arguments, extra: ["APPSTORE_RATE_LIMIT_STATUSES": "4"])  // one every 0.25 s
         try await scene.kill(process, whenProgress: "SELECT coalesce(max(position), 0) FROM pull_runs", reaches: 8)
         let checkpoint = try #require(try await scene.query("SELECT position FROM pull_runs WHERE completed_at IS NULL", as: Int.self).first)
         #expect(checkpoint >= 8 && checkpoint < 20, "killed mid-run at \(checkpoint)")

@@ -25,6 +25,7 @@ struct MigrationHistoryTests {
         17: "efb860e3f5b756ea", 18: "72dbb0117b03b61f", 19: "e7f4de30aa2b23a1", 20: "ddfe7b56b97e9005",
         21: "ce9ebf5ebe6bf967",
         22: "42e19ebbf19435c7",
+        23: "8975d3efd059c016",
     ]
 
     @Test("every released migration's SQL is the text deployments ran; versions are 1…N without a gap")
