@@ -197,6 +197,16 @@ struct AppStoreServerAPITests {
         #expect(configuration.rateLimits.notificationHistoryPerSecond == 5 && configuration.rateLimits.testNotificationPerSecond == 0.1)
         #expect(try AppStoreServerAPIConfiguration.fromEnvironment(base, environment: .production).baseURL == "https://api.storekit.apple.com")
         #expect(!configuration.description.contains(String(secretLine)))
+        // APPSTORE_API_RATE: one number for every class, or class=rate pairs over Apple's defaults.
+        let everyClass = try AppStoreServerAPIConfiguration.fromEnvironment(base.merging(["APPSTORE_API_RATE": "30"]) { _, new in new }, environment: .production)
+        #expect(AppStoreServerAPIClient.EndpointFamily.allCases.allSatisfy { everyClass.rateLimits.perSecond($0) == 30 })
+        let pairs = try AppStoreServerAPIConfiguration.fromEnvironment(base.merging(["APPSTORE_API_RATE": "statuses=40, lookup=5"]) { _, new in new }, environment: .production)
+        #expect(pairs.rateLimits.subscriptionStatusPerSecond == 40 && pairs.rateLimits.lookupPerSecond == 5 && pairs.rateLimits.transactionHistoryPerSecond == 50)
+        for bad in ["0", "fast", "statuses=", "everything=5", "statuses=20000"] {
+            #expect {
+                _ = try AppStoreServerAPIConfiguration.fromEnvironment(base.merging(["APPSTORE_API_RATE": bad]) { _, new in new }, environment: .production)
+            } throws: { ($0 as? AppStoreConfigurationError)?.variable == "APPSTORE_API_RATE" }
+        }
 
         let cases: [([String: String?], String)] = [
             (["APPSTORE_KEY_ID": nil], "APPSTORE_KEY_ID"), (["APPSTORE_ISSUER_ID": ""], "APPSTORE_ISSUER_ID"), (["APPSTORE_PRIVATE_KEY_FILE": nil], "APPSTORE_PRIVATE_KEY_FILE"),
