@@ -117,9 +117,11 @@ struct AppStoreBudgetTests: ProcessSuite {
         // The second the eight healers stopped together, their leased schedule (at most the healing lead, 160 ms:
         // 8 calls) went unused; every other second is within 50 ± 2.
         let healersStopped = Int64(healingStopped)
-        let steady = zip(seconds, rates).filter { $0.0 != healersStopped }.map(\.1)
+        // (the second the last of them saw the stop, or the next: they stop over some 200 ms).
+        let steady = zip(seconds, rates).filter { $0.0 != healersStopped && $0.0 != healersStopped + 1 }.map(\.1)
         #expect(steady.allSatisfy { (Self.rate - 2...Self.rate + 2).contains($0) }, "requests a second: \(rates) (sweep log: \(log))")
-        #expect((counts[healersStopped]?.arrived ?? 0) >= Self.rate - 8, "the second the healers stopped: \(rates)")
+        let around = (counts[healersStopped]?.arrived ?? 0) + (counts[healersStopped + 1]?.arrived ?? 0)
+        #expect(around >= 2 * Self.rate - 10, "the seconds the healers stopped in: \(rates)")
         print("budget figures: requests a second \(rates), 429s a second \(throttled)")
         #expect(throttled.allSatisfy { $0 <= 1 }, "429s a second: \(throttled)")
         // The second the victim died in: its unused grant (2 slots at 50/s) is the most it may cost.
