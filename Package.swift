@@ -93,6 +93,11 @@ let package = Package(
         ),
         // MARK: - Apple's App Store Server API: its answers' models (pure: the fuzz targets link them), and the client
         // (JWT auth, typed errors, retries, rate limits)
+        // Offers: the signatures StoreKit takes from a server, as Apple's library creates them (pure)
+        .target(
+            name: "AppStoreOffers",
+            dependencies: ["AppStoreNotifications", crypto]
+        ),
         .target(
             name: "AppStoreServerAPIModels",
             dependencies: ["AppStoreNotifications"]
@@ -220,7 +225,7 @@ let package = Package(
         .executableTarget(
             name: "pipelinectl",
             dependencies: [
-                "AppStoreBudget", "AppStoreNotifications", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
+                "AppStoreBudget", "AppStoreNotifications", "AppStoreOffers", "Console", "CustomerAPI", "AppStorePull", "EntitlementEvents", "NotificationIngest",
                 "NotificationWorker", "PipelineOperations", "ServiceRuntime", "SubscriptionMetrics", "Webhooks", argumentParser,
             ]
         ),
@@ -296,7 +301,7 @@ let package = Package(
 
 // A test target per service and feature module (Tests/<Module>Tests), and the end-to-end one: each links the shared
 // test library, which brings every module a process test drives.
-for name in ["AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "SubscriptionMetricsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
+for name in ["AppStoreOffersTests", "AppStoreServerAPITests", "NotificationIngestTests", "NotificationWorkerTests", "AppStorePullTests", "PipelineOperationsTests", "SubscriptionMetricsTests", "EntitlementEventsTests", "CustomerAPITests", "WebhooksTests", "ConsoleTests", "EndToEndTests"] {
     let module = String(name.dropLast("Tests".count))
     let underTest: [Target.Dependency] = module == "EndToEnd" ? [] : [.target(name: module)]
     let extra: [Target.Dependency] = switch name {

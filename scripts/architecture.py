@@ -22,7 +22,7 @@ END = "<!-- end of the generated module graph -->"
 # The layers, bottom up: where each module sits says what it may import (only its own layer's or lower ones).
 LAYERS = [
     ("bottom", ["PipelineConfiguration", "CRDKafka"]),
-    ("core, no I/O", ["AppStoreNotifications", "AppStoreServerAPIModels"]),
+    ("core, no I/O", ["AppStoreNotifications", "AppStoreServerAPIModels", "AppStoreOffers"]),
     ("adapters", ["KafkaClient", "EntitlementStore", "AppStoreServerAPI", "AppStoreBudget", "ServiceRuntime"]),
     ("contracts and shared settings", ["NotificationRecords", "SharedSettings", "SubscriptionMetrics"]),
     ("features and services", ["EntitlementEvents", "AppStorePull", "NotificationIngest", "NotificationWorker", "CustomerAPI",
