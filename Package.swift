@@ -127,7 +127,7 @@ let package = Package(
         // MARK: - The customer API (the app backend's API): keys, purchases, lookups; server code generated from its spec
         .target(
             name: "CustomerAPI",
-            dependencies: ["NotificationRecords", "SharedSettings", 
+            dependencies: ["AppStoreOffers", "NotificationRecords", "SharedSettings", 
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementStore", "KafkaClient", "ServiceRuntime",
                 crypto, hummingbird, httpTypes, logging, metrics, openAPIRuntime, openAPIHummingbird, postgresNIO,
                 prometheus, serviceLifecycle,

@@ -133,14 +133,17 @@ public enum OfferEligibility {
     /// offer while a subscription of the group is active, in billing retry or in grace (Apple shows win-back offers to
     /// lapsed subscribers; one in billing retry still has a subscription to recover).
     public static func offer(_ rule: OfferRule, history: CustomerOfferHistory, now: Date) -> OfferDecision {
-        let current = history.subscriptions.filter { ["active", "gracePeriod", "billingRetry"].contains($0.status) }
+        // An "active" row whose period ended with no notification since is lapsed (the view's is_active says the same).
+        let current = history.subscriptions.filter {
+            ["gracePeriod", "billingRetry"].contains($0.status) || ($0.status == "active" && ($0.expiresAt.map { $0 > now } ?? true))
+        }
         let inTrouble = history.subscriptions.filter { $0.status == "gracePeriod" || $0.status == "billingRetry" }
         if rule.kind == .winBack, let subscription = inTrouble.first ?? current.first {
             return OfferDecision(
                 eligible: false, rule: subscription.status == "active" ? "win-back-needs-a-lapsed-subscription" : "win-back-never-in-billing-retry-or-grace",
                 facts: ["subscription \(subscription.originalTransactionId) is \(subscription.status)"])
         }
-        if rule.requiresActive == true, !history.subscriptions.contains(where: { $0.status == "active" }) {
+        if rule.requiresActive == true, !current.contains(where: { $0.status == "active" }) {
             return OfferDecision(eligible: false, rule: "requires-an-active-subscription", facts: history.subscriptions.map { "subscription \($0.originalTransactionId) is \($0.status)" })
         }
         if history.transactions.isEmpty, rule.kind == .winBack || rule.lapsedMoreThanDays != nil {

@@ -65,12 +65,16 @@ public enum APIKeyScope: String, Sendable, Hashable, CaseIterable {
     /// Erasures (`DELETE /v1/apps/{bundleId}/customers/{customerId}`) and their status, nothing else: a key of its
     /// own, never implied by write, so the backend component that handles privacy requests holds the only one.
     case erase
+    /// Offer decisions and signatures (`POST /v1/apps/{bundleId}/customers/{customerId}/offers`), nothing else: what
+    /// signs offers with the app's key is a component of its own.
+    case offers
 
     public func allows(_ needed: APIKeyScope) -> Bool {
         switch needed {
         case .read: self == .read || self == .write
         case .write: self == .write
         case .erase: self == .erase
+        case .offers: self == .offers
         }
     }
 }

@@ -43,11 +43,16 @@ extension CustomerAPIConfiguration {
             variable: "OWNERSHIP_POLICY_BY_APP", summary: "per app, over `OWNERSHIP_POLICY`: `bundleA=keep,bundleB=transfer-if-inactive` (each an app of `APPS`)",
             defaultText: nil)
 
+        static let offerRules = SettingDescription(
+            variable: "OFFER_RULES_FILE",
+            summary: "the offers each app makes and to whom: a JSON file `{\"bundleId\": [{\"offer\", \"product\", \"kind\": \"promotional\"|\"winBack\", \"lapsedMoreThanDays\", \"neverInBillingRetryOrGrace\", \"atMostOncePerDays\", \"requiresActive\"}]}` (docs/offers.md); none: no promotional offer is decided",
+            defaultText: nil)
+
         static let catalog = SettingsCatalog(component: "customer-api", settings: [
             host.description, port.description, opsPort.description, applyTimeout.description, maximumBodyBytes.description,
             requestTimeout.description, idleTimeout.description, keyCache.description, rateLimit.description, rateBurst.description,
             authAttempts.description, authBurst.description, orderCache.description, appleTokenRetry.description,
-            ownershipPolicy.description, ownershipPolicyByApp,
+            ownershipPolicy.description, ownershipPolicyByApp, offerRules,
         ])
     }
 }

@@ -1,3 +1,4 @@
+import AppStoreOffers
 import AppStoreNotifications
 import Foundation
 import PipelineConfiguration
@@ -46,6 +47,8 @@ public struct CustomerAPIConfiguration: Sendable {
     public var shared: PipelineSettings
     /// `POSTGRES_READ_URL` and companions: the reads' replicas (docs/scale.md); none by default.
     public var reads = ReadReplicaSettings()
+    /// `OFFER_RULES_FILE`: the promotional and win-back offers each app makes, in the order they are chosen.
+    public var offerRules: [String: [OfferRule]] = [:]
 
     public init(shared: PipelineSettings) {
         self.shared = shared
@@ -87,7 +90,31 @@ public struct CustomerAPIConfiguration: Sendable {
             }
             configuration.ownershipPolicyByApp[parts[0]] = policy
         }
+        if let path = environment.optionalString(Settings.offerRules.variable) {
+            configuration.offerRules = try Self.readOfferRules(path: path, apps: Set(shared.apps.compactMap(\.bundleId)))
+        }
         return configuration
+    }
+
+    /// `OFFER_RULES_FILE`'s rules, each app one of `APPS`; every error names the variable.
+    static func readOfferRules(path: String, apps: Set<String>) throws(ConfigurationError) -> [String: [OfferRule]] {
+        let variable = Settings.offerRules.variable
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError(variable: variable, reason: "names a file that cannot be read (\(UntrustedText.quoted(path)))")
+        }
+        let rules: [String: [OfferRule]]
+        do {
+            rules = try JSONDecoder().decode([String: [OfferRule]].self, from: data)
+        } catch {
+            throw ConfigurationError(variable: variable, reason: "is not {\"bundleId\": [rules]} as docs/offers.md shows: \(error)")
+        }
+        for (bundleId, list) in rules {
+            guard apps.contains(bundleId) else { throw ConfigurationError(variable: variable, reason: "\(UntrustedText.quoted(bundleId)) is not an app of APPS") }
+            for rule in list where rule.offer.isEmpty || rule.product.isEmpty {
+                throw ConfigurationError(variable: variable, reason: "a rule of \(bundleId) has an empty offer or product")
+            }
+        }
+        return rules
     }
 
     /// The ownership policy of `bundleId`.

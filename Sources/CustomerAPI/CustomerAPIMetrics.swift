@@ -22,6 +22,14 @@ struct CustomerAPIMetrics: Sendable {
         }
     }
 
+    /// Offer signatures issued and refused, by kind and the rule that decided (the rules' names: bounded by the
+    /// app's rules file).
+    func offer(_ kind: String, outcome: String, reason: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "customer_api_offers", unitName: "total", helpText: "Offer signatures issued or refused, by kind, outcome and deciding rule"),
+            labels: [("kind", kind), ("outcome", outcome), ("reason", reason)]).increment()
+    }
+
     static var requests: MetricNameDescriptor {
         MetricNameDescriptor(metricName: "customer_api_requests", unitName: "total", helpText: "Customer API requests by route (operation id) and HTTP status")
     }

@@ -148,11 +148,12 @@ struct AuthenticationMiddleware: ServerMiddleware {
     /// Attempts with a key not known good, per client address (`CUSTOMER_API_AUTH_ATTEMPTS`, `_BURST`).
     let addressLimiter: KeyRateLimiter
 
-    /// The scope each operation needs: purchases write, erasures erase, everything else reads.
+    /// The scope each operation needs: purchases write, erasures erase, offers offers, everything else reads.
     static func scope(of operationID: String) -> APIKeyScope {
         switch operationID {
         case "postPurchase": .write
         case "eraseCustomer", "getErasure": .erase
+        case "decideOffers": .offers
         default: .read
         }
     }

@@ -23,6 +23,8 @@ public enum DistributionLayout {
         "notification_ledger": "routing_key",
         "notification_archive": "routing_key",
         "notification_deliveries": "routing_key",
+        // A customer's offer signatures: read and written by the customer API per customer.
+        "offer_signatures": "customer_id",
     ]
 
     /// Small tables that distributed rows are checked against or joined with, copied to every node

@@ -515,5 +515,6 @@ public enum Migrations {
         partitions,
         routingKeys,
         appStoreBudget,
+        offers,
     ]
 }

@@ -18,11 +18,11 @@ struct APIKeysCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Option(help: "A name for people (which backend uses it).") var name: String
         @Option(help: "A bundle id the key sees (repeatable); none: every configured app.") var bundleId: [String] = []
-        @Option(help: "read (lookups), write (purchases, and reads) or erase (erasures only: DELETE customers).") var scope = "read"
+        @Option(help: "read (lookups), write (purchases, and reads), erase (erasures only: DELETE customers) or offers (offer decisions and signatures only).") var scope = "read"
         @Flag(help: "Print {\"id\", \"name\", \"secret\", \"scope\", \"bundleIds\"}.") var json = false
 
         func validate() throws {
-            guard APIKeyScope(rawValue: scope) != nil else { throw ValidationError("--scope must be read, write or erase, not \(UntrustedText.quoted(scope))") }
+            guard APIKeyScope(rawValue: scope) != nil else { throw ValidationError("--scope must be read, write, erase or offers, not \(UntrustedText.quoted(scope))") }
             guard !name.isEmpty, name.utf8.count <= 200 else { throw ValidationError("--name must be 1 to 200 bytes") }
         }
 

@@ -1,6 +1,5 @@
 import AppStoreNotifications
 import AppStoreOffers
-import AppStoreServerAPI
 import ArgumentParser
 import Foundation
 

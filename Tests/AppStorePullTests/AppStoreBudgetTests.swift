@@ -1,5 +1,4 @@
 import AppStoreBudget
-import AppStoreNotifications
 import AppStoreServerAPI
 import Foundation
 import Logging
@@ -7,7 +6,6 @@ import PipelineTestSupport
 import PostgresNIO
 import Synchronization
 import TestGates
-import TestSupport
 import Testing
 
 /// One App Store Server API budget across processes (docs/appstore-budget.md), against the fake Apple enforcing 50

@@ -76,6 +76,363 @@ extension Components {
                 ])
             }
         }
+        /// - Remark: Generated from `#/components/schemas/OfferRequest`.
+        internal struct OfferRequest: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/OfferRequest/productId`.
+            internal var productId: Swift.String
+            /// The product's subscription group, when no transaction of it is held yet.
+            ///
+            /// - Remark: Generated from `#/components/schemas/OfferRequest/subscriptionGroupIdentifier`.
+            internal var subscriptionGroupIdentifier: Swift.String?
+            /// The offer to sign (when eligible); without it, the first eligible offer of the rules is signed.
+            ///
+            /// - Remark: Generated from `#/components/schemas/OfferRequest/offerIdentifier`.
+            internal var offerIdentifier: Swift.String?
+            /// The transaction id (or appTransactionId) the signatures name; without it, the customer's latest in the group.
+            ///
+            /// - Remark: Generated from `#/components/schemas/OfferRequest/transactionId`.
+            internal var transactionId: Swift.String?
+            /// - Remark: Generated from `#/components/schemas/OfferRequest/environment`.
+            internal var environment: Components.Schemas.Environment?
+            /// Creates a new `OfferRequest`.
+            ///
+            /// - Parameters:
+            ///   - productId:
+            ///   - subscriptionGroupIdentifier: The product's subscription group, when no transaction of it is held yet.
+            ///   - offerIdentifier: The offer to sign (when eligible); without it, the first eligible offer of the rules is signed.
+            ///   - transactionId: The transaction id (or appTransactionId) the signatures name; without it, the customer's latest in the group.
+            ///   - environment:
+            internal init(
+                productId: Swift.String,
+                subscriptionGroupIdentifier: Swift.String? = nil,
+                offerIdentifier: Swift.String? = nil,
+                transactionId: Swift.String? = nil,
+                environment: Components.Schemas.Environment? = nil
+            ) {
+                self.productId = productId
+                self.subscriptionGroupIdentifier = subscriptionGroupIdentifier
+                self.offerIdentifier = offerIdentifier
+                self.transactionId = transactionId
+                self.environment = environment
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case productId
+                case subscriptionGroupIdentifier
+                case offerIdentifier
+                case transactionId
+                case environment
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.productId = try container.decode(
+                    Swift.String.self,
+                    forKey: .productId
+                )
+                self.subscriptionGroupIdentifier = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .subscriptionGroupIdentifier
+                )
+                self.offerIdentifier = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .offerIdentifier
+                )
+                self.transactionId = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .transactionId
+                )
+                self.environment = try container.decodeIfPresent(
+                    Components.Schemas.Environment.self,
+                    forKey: .environment
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "productId",
+                    "subscriptionGroupIdentifier",
+                    "offerIdentifier",
+                    "transactionId",
+                    "environment"
+                ])
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/OfferDecision`.
+        internal struct OfferDecision: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/OfferDecision/eligible`.
+            internal var eligible: Swift.Bool
+            /// The rule that decided (`never-subscribed-in-group`, `lapsed-more-than-30-days`, `win-back-never-in-billing-retry-or-grace`, …).
+            ///
+            /// - Remark: Generated from `#/components/schemas/OfferDecision/rule`.
+            internal var rule: Swift.String
+            /// The facts it used, as an operator reads them.
+            ///
+            /// - Remark: Generated from `#/components/schemas/OfferDecision/facts`.
+            internal var facts: [Swift.String]
+            /// Creates a new `OfferDecision`.
+            ///
+            /// - Parameters:
+            ///   - eligible:
+            ///   - rule: The rule that decided (`never-subscribed-in-group`, `lapsed-more-than-30-days`, `win-back-never-in-billing-retry-or-grace`, …).
+            ///   - facts: The facts it used, as an operator reads them.
+            internal init(
+                eligible: Swift.Bool,
+                rule: Swift.String,
+                facts: [Swift.String]
+            ) {
+                self.eligible = eligible
+                self.rule = rule
+                self.facts = facts
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case eligible
+                case rule
+                case facts
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.eligible = try container.decode(
+                    Swift.Bool.self,
+                    forKey: .eligible
+                )
+                self.rule = try container.decode(
+                    Swift.String.self,
+                    forKey: .rule
+                )
+                self.facts = try container.decode(
+                    [Swift.String].self,
+                    forKey: .facts
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "eligible",
+                    "rule",
+                    "facts"
+                ])
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/OfferOption`.
+        internal struct OfferOption: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/OfferOption/offerIdentifier`.
+            internal var offerIdentifier: Swift.String
+            /// - Remark: Generated from `#/components/schemas/OfferOption/kind`.
+            internal enum KindPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case promotional = "promotional"
+                case winBack = "winBack"
+            }
+            /// - Remark: Generated from `#/components/schemas/OfferOption/kind`.
+            internal var kind: Components.Schemas.OfferOption.KindPayload
+            /// - Remark: Generated from `#/components/schemas/OfferOption/decision`.
+            internal var decision: Components.Schemas.OfferDecision
+            /// Creates a new `OfferOption`.
+            ///
+            /// - Parameters:
+            ///   - offerIdentifier:
+            ///   - kind:
+            ///   - decision:
+            internal init(
+                offerIdentifier: Swift.String,
+                kind: Components.Schemas.OfferOption.KindPayload,
+                decision: Components.Schemas.OfferDecision
+            ) {
+                self.offerIdentifier = offerIdentifier
+                self.kind = kind
+                self.decision = decision
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case offerIdentifier
+                case kind
+                case decision
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.offerIdentifier = try container.decode(
+                    Swift.String.self,
+                    forKey: .offerIdentifier
+                )
+                self.kind = try container.decode(
+                    Components.Schemas.OfferOption.KindPayload.self,
+                    forKey: .kind
+                )
+                self.decision = try container.decode(
+                    Components.Schemas.OfferDecision.self,
+                    forKey: .decision
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "offerIdentifier",
+                    "kind",
+                    "decision"
+                ])
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/SignedOffer`.
+        internal struct SignedOffer: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/kind`.
+            internal enum KindPayload: String, Codable, Hashable, Sendable, CaseIterable {
+                case promotionalOffer = "promotional-offer"
+                case introductoryOfferEligibility = "introductory-offer-eligibility"
+            }
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/kind`.
+            internal var kind: Components.Schemas.SignedOffer.KindPayload
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/offerIdentifier`.
+            internal var offerIdentifier: Swift.String?
+            /// Give it to StoreKit (`Product.PurchaseOption.promotionalOffer(_:compactJWS:)` or `.introductoryOfferEligibility(compactJWS:)`).
+            ///
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/jws`.
+            internal var jws: Swift.String
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/nonce`.
+            internal var nonce: Swift.String
+            /// The JWS's `iat` (UNIX seconds).
+            ///
+            /// - Remark: Generated from `#/components/schemas/SignedOffer/issuedAt`.
+            internal var issuedAt: Swift.Int64
+            /// Creates a new `SignedOffer`.
+            ///
+            /// - Parameters:
+            ///   - kind:
+            ///   - offerIdentifier:
+            ///   - jws: Give it to StoreKit (`Product.PurchaseOption.promotionalOffer(_:compactJWS:)` or `.introductoryOfferEligibility(compactJWS:)`).
+            ///   - nonce:
+            ///   - issuedAt: The JWS's `iat` (UNIX seconds).
+            internal init(
+                kind: Components.Schemas.SignedOffer.KindPayload,
+                offerIdentifier: Swift.String? = nil,
+                jws: Swift.String,
+                nonce: Swift.String,
+                issuedAt: Swift.Int64
+            ) {
+                self.kind = kind
+                self.offerIdentifier = offerIdentifier
+                self.jws = jws
+                self.nonce = nonce
+                self.issuedAt = issuedAt
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case kind
+                case offerIdentifier
+                case jws
+                case nonce
+                case issuedAt
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.kind = try container.decode(
+                    Components.Schemas.SignedOffer.KindPayload.self,
+                    forKey: .kind
+                )
+                self.offerIdentifier = try container.decodeIfPresent(
+                    Swift.String.self,
+                    forKey: .offerIdentifier
+                )
+                self.jws = try container.decode(
+                    Swift.String.self,
+                    forKey: .jws
+                )
+                self.nonce = try container.decode(
+                    Swift.String.self,
+                    forKey: .nonce
+                )
+                self.issuedAt = try container.decode(
+                    Swift.Int64.self,
+                    forKey: .issuedAt
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "kind",
+                    "offerIdentifier",
+                    "jws",
+                    "nonce",
+                    "issuedAt"
+                ])
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/OfferDecisions`.
+        internal struct OfferDecisions: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/customerId`.
+            internal var customerId: Swift.String
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/productId`.
+            internal var productId: Swift.String
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/subscriptionGroupIdentifier`.
+            internal var subscriptionGroupIdentifier: Swift.String
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/introductoryOffer`.
+            internal var introductoryOffer: Components.Schemas.OfferDecision
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/introductoryOfferSignature`.
+            internal var introductoryOfferSignature: Components.Schemas.SignedOffer?
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/offers`.
+            internal var offers: [Components.Schemas.OfferOption]
+            /// - Remark: Generated from `#/components/schemas/OfferDecisions/signed`.
+            internal var signed: Components.Schemas.SignedOffer?
+            /// Creates a new `OfferDecisions`.
+            ///
+            /// - Parameters:
+            ///   - customerId:
+            ///   - productId:
+            ///   - subscriptionGroupIdentifier:
+            ///   - introductoryOffer:
+            ///   - introductoryOfferSignature:
+            ///   - offers:
+            ///   - signed:
+            internal init(
+                customerId: Swift.String,
+                productId: Swift.String,
+                subscriptionGroupIdentifier: Swift.String,
+                introductoryOffer: Components.Schemas.OfferDecision,
+                introductoryOfferSignature: Components.Schemas.SignedOffer? = nil,
+                offers: [Components.Schemas.OfferOption],
+                signed: Components.Schemas.SignedOffer? = nil
+            ) {
+                self.customerId = customerId
+                self.productId = productId
+                self.subscriptionGroupIdentifier = subscriptionGroupIdentifier
+                self.introductoryOffer = introductoryOffer
+                self.introductoryOfferSignature = introductoryOfferSignature
+                self.offers = offers
+                self.signed = signed
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case customerId
+                case productId
+                case subscriptionGroupIdentifier
+                case introductoryOffer
+                case introductoryOfferSignature
+                case offers
+                case signed
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.customerId = try container.decode(
+                    Swift.String.self,
+                    forKey: .customerId
+                )
+                self.productId = try container.decode(
+                    Swift.String.self,
+                    forKey: .productId
+                )
+                self.subscriptionGroupIdentifier = try container.decode(
+                    Swift.String.self,
+                    forKey: .subscriptionGroupIdentifier
+                )
+                self.introductoryOffer = try container.decode(
+                    Components.Schemas.OfferDecision.self,
+                    forKey: .introductoryOffer
+                )
+                self.introductoryOfferSignature = try container.decodeIfPresent(
+                    Components.Schemas.SignedOffer.self,
+                    forKey: .introductoryOfferSignature
+                )
+                self.offers = try container.decode(
+                    [Components.Schemas.OfferOption].self,
+                    forKey: .offers
+                )
+                self.signed = try container.decodeIfPresent(
+                    Components.Schemas.SignedOffer.self,
+                    forKey: .signed
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "customerId",
+                    "productId",
+                    "subscriptionGroupIdentifier",
+                    "introductoryOffer",
+                    "introductoryOfferSignature",
+                    "offers",
+                    "signed"
+                ])
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/PurchaseRequest`.
         internal struct PurchaseRequest: Codable, Hashable, Sendable {
             /// The app's user id, a UUID; the purchase's owner (and appAccountToken) from now on, under the ownership policy.

@@ -1969,6 +1969,321 @@ internal enum Operations {
             }
         }
     }
+    /// What offers this customer may have for a product, decided from every transaction we hold, and the signatures StoreKit takes.
+    ///
+    /// Scope `offers`. For the product's subscription group: whether the customer may have the introductory offer (once per group: anyone who ever subscribed in it, family sharing included, may not), signed as Apple's introductory-offer eligibility JWS when a transaction id is known; and each promotional or win-back offer the app's rules (`OFFER_RULES_FILE`) make for the product, eligible or not, with the rule that decided and the facts it used. The offer asked for (`offerIdentifier`), or else the first eligible one, is signed as Apple's promotional offer V2 JWS. Every signature is recorded with its nonce (docs/offers.md).
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/customers/{customerId}/offers`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)`.
+    internal enum DecideOffers {
+        internal static let id: Swift.String = "decideOffers"
+        internal struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/path`.
+            internal struct Path: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/path/bundleId`.
+                internal var bundleId: Components.Parameters.BundleId
+                /// The app's user id, a UUID (as an appAccountToken).
+                ///
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/path/customerId`.
+                internal var customerId: Swift.String
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - bundleId:
+                ///   - customerId: The app's user id, a UUID (as an appAccountToken).
+                internal init(
+                    bundleId: Components.Parameters.BundleId,
+                    customerId: Swift.String
+                ) {
+                    self.bundleId = bundleId
+                    self.customerId = customerId
+                }
+            }
+            internal var path: Operations.DecideOffers.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/header`.
+            internal struct Headers: Sendable, Hashable {
+                internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.DecideOffers.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.DecideOffers.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            internal var headers: Operations.DecideOffers.Input.Headers
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/requestBody`.
+            internal enum Body: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/requestBody/content/application\/json`.
+                case json(Components.Schemas.OfferRequest)
+            }
+            internal var body: Operations.DecideOffers.Input.Body
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            ///   - body:
+            internal init(
+                path: Operations.DecideOffers.Input.Path,
+                headers: Operations.DecideOffers.Input.Headers = .init(),
+                body: Operations.DecideOffers.Input.Body
+            ) {
+                self.path = path
+                self.headers = headers
+                self.body = body
+            }
+        }
+        internal enum Output: Sendable, Hashable {
+            internal struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/responses/200/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/responses/200/content/application\/json`.
+                    case json(Components.Schemas.OfferDecisions)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.OfferDecisions {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.DecideOffers.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.DecideOffers.Output.Ok.Body) {
+                    self.body = body
+                }
+            }
+            /// The decisions, and the signatures made.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.DecideOffers.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            internal var ok: Operations.DecideOffers.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// No key, an unknown or a revoked key (`unauthorized`); which of them is not said.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Components.Responses.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            internal var unauthorized: Components.Responses.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/403`.
+            ///
+            /// HTTP response code: `403 forbidden`.
+            case forbidden(Components.Responses.Forbidden)
+            /// The associated value of the enum case if `self` is `.forbidden`.
+            ///
+            /// - Throws: An error if `self` is not `.forbidden`.
+            /// - SeeAlso: `.forbidden`.
+            internal var forbidden: Components.Responses.Forbidden {
+                get throws {
+                    switch self {
+                    case let .forbidden(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            internal struct NotFound: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/responses/404/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/customers/{customerId}/offers/POST/responses/404/content/application\/json`.
+                    case json(Components.Schemas._Error)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas._Error {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.DecideOffers.Output.NotFound.Body
+                /// Creates a new `NotFound`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.DecideOffers.Output.NotFound.Body) {
+                    self.body = body
+                }
+            }
+            /// The product's subscription group is unknown (`unknown_subscription_group`: no transaction of it is held; send `subscriptionGroupIdentifier`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/404`.
+            ///
+            /// HTTP response code: `404 notFound`.
+            case notFound(Operations.DecideOffers.Output.NotFound)
+            /// The associated value of the enum case if `self` is `.notFound`.
+            ///
+            /// - Throws: An error if `self` is not `.notFound`.
+            /// - SeeAlso: `.notFound`.
+            internal var notFound: Operations.DecideOffers.Output.NotFound {
+                get throws {
+                    switch self {
+                    case let .notFound(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "notFound",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key is over its rate (`rate_limited`: `CUSTOMER_API_RATE_LIMIT` requests a second, bursts of `CUSTOMER_API_RATE_BURST`); `Retry-After` says when to come back. Other keys are not slowed.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/429`.
+            ///
+            /// HTTP response code: `429 tooManyRequests`.
+            case tooManyRequests(Components.Responses.RateLimited)
+            /// The associated value of the enum case if `self` is `.tooManyRequests`.
+            ///
+            /// - Throws: An error if `self` is not `.tooManyRequests`.
+            /// - SeeAlso: `.tooManyRequests`.
+            internal var tooManyRequests: Components.Responses.RateLimited {
+                get throws {
+                    switch self {
+                    case let .tooManyRequests(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "tooManyRequests",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// PostgreSQL or the broker cannot be reached, or Apple failed (`unavailable`, `apple_error`); retry later. `erasure_not_configured`: the service has no erasure key (ERASURE_KEY_FILE); `erasure_key_mismatch`: its key is not the one the erasures were made with (nothing was erased).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)/responses/503`.
+            ///
+            /// HTTP response code: `503 serviceUnavailable`.
+            case serviceUnavailable(Components.Responses.Unavailable)
+            /// The associated value of the enum case if `self` is `.serviceUnavailable`.
+            ///
+            /// - Throws: An error if `self` is not `.serviceUnavailable`.
+            /// - SeeAlso: `.serviceUnavailable`.
+            internal var serviceUnavailable: Components.Responses.Unavailable {
+                get throws {
+                    switch self {
+                    case let .serviceUnavailable(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "serviceUnavailable",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        internal enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            internal init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            internal var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            internal static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
     /// An erasure, by its request id (counts only; nothing about the person).
     ///
     /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).

@@ -42,6 +42,14 @@ internal protocol APIProtocol: Sendable {
     /// - Remark: HTTP `DELETE /v1/apps/{bundleId}/customers/{customerId}`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/delete(eraseCustomer)`.
     func eraseCustomer(_ input: Operations.EraseCustomer.Input) async throws -> Operations.EraseCustomer.Output
+    /// What offers this customer may have for a product, decided from every transaction we hold, and the signatures StoreKit takes.
+    ///
+    /// Scope `offers`. For the product's subscription group: whether the customer may have the introductory offer (once per group: anyone who ever subscribed in it, family sharing included, may not), signed as Apple's introductory-offer eligibility JWS when a transaction id is known; and each promotional or win-back offer the app's rules (`OFFER_RULES_FILE`) make for the product, eligible or not, with the rule that decided and the facts it used. The offer asked for (`offerIdentifier`), or else the first eligible one, is signed as Apple's promotional offer V2 JWS. Every signature is recorded with its nonce (docs/offers.md).
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/customers/{customerId}/offers`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)`.
+    func decideOffers(_ input: Operations.DecideOffers.Input) async throws -> Operations.DecideOffers.Output
     /// An erasure, by its request id (counts only; nothing about the person).
     ///
     /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).
@@ -154,6 +162,24 @@ extension APIProtocol {
             path: path,
             query: query,
             headers: headers
+        ))
+    }
+    /// What offers this customer may have for a product, decided from every transaction we hold, and the signatures StoreKit takes.
+    ///
+    /// Scope `offers`. For the product's subscription group: whether the customer may have the introductory offer (once per group: anyone who ever subscribed in it, family sharing included, may not), signed as Apple's introductory-offer eligibility JWS when a transaction id is known; and each promotional or win-back offer the app's rules (`OFFER_RULES_FILE`) make for the product, eligible or not, with the rule that decided and the facts it used. The offer asked for (`offerIdentifier`), or else the first eligible one, is signed as Apple's promotional offer V2 JWS. Every signature is recorded with its nonce (docs/offers.md).
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/customers/{customerId}/offers`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)`.
+    internal func decideOffers(
+        path: Operations.DecideOffers.Input.Path,
+        headers: Operations.DecideOffers.Input.Headers = .init(),
+        body: Operations.DecideOffers.Input.Body
+    ) async throws -> Operations.DecideOffers.Output {
+        try await decideOffers(Operations.DecideOffers.Input(
+            path: path,
+            headers: headers,
+            body: body
         ))
     }
     /// An erasure, by its request id (counts only; nothing about the person).
