@@ -257,6 +257,10 @@ extension ErasureStore {
                     OR from_customer_id = ANY($7::text[]) OR to_customer_id = ANY($7::text[])) RETURNING 1
                 """),
             ("renewal_extensions", "DELETE FROM renewal_extensions WHERE bundle_id = $6 AND original_transaction_id = ANY($4::text[]) RETURNING 1"),
+            // Offer signatures issued to the customer (docs/offers.md), redeemed or not.
+            ("offer_signatures", """
+                DELETE FROM offer_signatures WHERE bundle_id = $6 AND (customer_id = ANY($7::text[]) OR transaction_id = ANY($5::text[] || $4::text[])) RETURNING 1
+                """),
             ("dead_lettered_records", "DELETE FROM dead_lettered_records WHERE original_transaction_id = ANY($4::text[]) OR notification_uuid = ANY($3::text[]) RETURNING 1"),
             ("console_audit", """
                 UPDATE console_audit SET original_transaction_id = NULL, customer_id = NULL, reason = '(erased: ' || $8 || ')', detail = NULL

@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import PipelineTestSupport
 import TestGates
+import TestSupport
 import Testing
 
 /// `POST /v1/apps/{bundleId}/customers/{customerId}/offers` through a real customer-api, worker, broker and
@@ -31,10 +32,12 @@ struct OfferDecisionTests: ProcessSuite {
 
     @Test("never subscribed, active and lapsed customers: intro eligibility, loyalty and win-back decided with their rules, signed as Apple's library, recorded with their nonces; scope offers only")
     func decisions() async throws {
-        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL)
+        let keyFile = try mintedErasureKeyFile()
+        defer { removeMintedFile(keyFile) }
+        let scene = try await CustomerAPIScene(bootstrap: bootstrap, postgresURL: postgresURL, workerEnvironment: ["ERASURE_KEY_FILE": keyFile])
         let rulesFile = scene.fixture.directory + "/offer-rules.json"
         try Self.rules.write(toFile: rulesFile, atomically: true, encoding: .utf8)
-        try await scene.startAPI(extra: ["OFFER_RULES_FILE": rulesFile])
+        try await scene.startAPI(extra: ["OFFER_RULES_FILE": rulesFile, "ERASURE_KEY_FILE": keyFile])
         let writer = try await scene.key(scope: "write").secret
         let offers = try await scene.key(scope: "offers").secret
         let publicKey = scene.scene.apple.key.publicKey
@@ -107,6 +110,12 @@ struct OfferDecisionTests: ProcessSuite {
             "\(lapsed) promotional-offer winback_50",
         ], "\(ledger)")
         #expect(try await scene.query("SELECT count(DISTINCT nonce)::int FROM offer_signatures", as: Int.self).first == ledger.count)
+        // Erased with the customer.
+        let eraser = try await scene.key(scope: "erase").secret
+        let erased = try await scene.request("DELETE", "/v1/apps/\(scene.bundleId)/customers/\(lapsed)?requestId=offers-1&reason=test", key: eraser)
+        #expect(erased.status == 202, "\(erased.json.serialized)")
+        #expect(try await scene.query("SELECT count(*)::int FROM offer_signatures WHERE customer_id = '\(lapsed)'", as: Int.self) == [0])
+        #expect(try await scene.query("SELECT count(*)::int FROM offer_signatures WHERE customer_id = '\(active)'", as: Int.self).first ?? 0 >= 2)
         await scene.finish()
     }
 }
