@@ -48,11 +48,16 @@ extension CustomerAPIConfiguration {
             summary: "the offers each app makes and to whom: a JSON file `{\"bundleId\": [{\"offer\", \"product\", \"kind\": \"promotional\"|\"winBack\", \"lapsedMoreThanDays\", \"neverInBillingRetryOrGrace\", \"atMostOncePerDays\", \"requiresActive\"}]}` (docs/offers.md); none: no promotional offer is decided",
             defaultText: nil)
 
+        static let retentionRules = SettingDescription(
+            variable: "RETENTION_RULES_FILE",
+            summary: "Apple's real-time retention messages by subscription state: a JSON file `{\"bundleId\": [{\"status\", \"productId\", \"message\", \"alternateProduct\" or \"promotionalOffer\"}]}`, the first match answered (docs/offers.md); none: every request is answered with no message",
+            defaultText: nil)
+
         static let catalog = SettingsCatalog(component: "customer-api", settings: [
             host.description, port.description, opsPort.description, applyTimeout.description, maximumBodyBytes.description,
             requestTimeout.description, idleTimeout.description, keyCache.description, rateLimit.description, rateBurst.description,
             authAttempts.description, authBurst.description, orderCache.description, appleTokenRetry.description,
-            ownershipPolicy.description, ownershipPolicyByApp, offerRules,
+            ownershipPolicy.description, ownershipPolicyByApp, offerRules, retentionRules,
         ])
     }
 }

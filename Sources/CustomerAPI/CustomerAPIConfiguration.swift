@@ -49,6 +49,8 @@ public struct CustomerAPIConfiguration: Sendable {
     public var reads = ReadReplicaSettings()
     /// `OFFER_RULES_FILE`: the promotional and win-back offers each app makes, in the order they are chosen.
     public var offerRules: [String: [OfferRule]] = [:]
+    /// `RETENTION_RULES_FILE`: each app's real-time retention rules, in the order they are tried.
+    public var retentionRules: [String: [RetentionRule]] = [:]
 
     public init(shared: PipelineSettings) {
         self.shared = shared
@@ -91,27 +93,36 @@ public struct CustomerAPIConfiguration: Sendable {
             configuration.ownershipPolicyByApp[parts[0]] = policy
         }
         if let path = environment.optionalString(Settings.offerRules.variable) {
-            configuration.offerRules = try Self.readOfferRules(path: path, apps: Set(shared.apps.compactMap(\.bundleId)))
+            configuration.offerRules = try Self.readRules(path: path, variable: Settings.offerRules.variable, apps: Set(shared.apps.compactMap(\.bundleId))) {
+                (rule: OfferRule) in rule.offer.isEmpty || rule.product.isEmpty ? "has an empty offer or product" : nil
+            }
+        }
+        if let path = environment.optionalString(Settings.retentionRules.variable) {
+            configuration.retentionRules = try Self.readRules(path: path, variable: Settings.retentionRules.variable, apps: Set(shared.apps.compactMap(\.bundleId))) {
+                (rule: RetentionRule) in rule.problem
+            }
         }
         return configuration
     }
 
-    /// `OFFER_RULES_FILE`'s rules, each app one of `APPS`; every error names the variable.
-    static func readOfferRules(path: String, apps: Set<String>) throws(ConfigurationError) -> [String: [OfferRule]] {
-        let variable = Settings.offerRules.variable
+    /// A rules file (`OFFER_RULES_FILE`, `RETENTION_RULES_FILE`): `{"bundleId": [rules]}`, each app one of `APPS`,
+    /// each rule without a `problem`; every error names the variable.
+    static func readRules<Rule: Decodable>(
+        path: String, variable: String, apps: Set<String>, problem: (Rule) -> String?
+    ) throws(ConfigurationError) -> [String: [Rule]] {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError(variable: variable, reason: "names a file that cannot be read (\(UntrustedText.quoted(path)))")
         }
-        let rules: [String: [OfferRule]]
+        let rules: [String: [Rule]]
         do {
-            rules = try JSONDecoder().decode([String: [OfferRule]].self, from: data)
+            rules = try JSONDecoder().decode([String: [Rule]].self, from: data)
         } catch {
             throw ConfigurationError(variable: variable, reason: "is not {\"bundleId\": [rules]} as docs/offers.md shows: \(error)")
         }
         for (bundleId, list) in rules {
             guard apps.contains(bundleId) else { throw ConfigurationError(variable: variable, reason: "\(UntrustedText.quoted(bundleId)) is not an app of APPS") }
-            for rule in list where rule.offer.isEmpty || rule.product.isEmpty {
-                throw ConfigurationError(variable: variable, reason: "a rule of \(bundleId) has an empty offer or product")
+            for (index, rule) in list.enumerated() {
+                if let reason = problem(rule) { throw ConfigurationError(variable: variable, reason: "rule \(index + 1) of \(bundleId) \(reason)") }
             }
         }
         return rules

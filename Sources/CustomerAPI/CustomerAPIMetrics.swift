@@ -30,6 +30,14 @@ struct CustomerAPIMetrics: Sendable {
             labels: [("kind", kind), ("outcome", outcome), ("reason", reason)]).increment()
     }
 
+    /// Apple's real-time retention requests by answer (message, alternate-product, promotional-offer, none, refused)
+    /// and reason (the rule, or why no message: bounded names).
+    func retention(answer: String, reason: String) {
+        registry.makeCounter(
+            descriptor: .init(metricName: "customer_api_retention_answers", unitName: "total", helpText: "Real-time retention requests by answer and reason"),
+            labels: [("answer", answer), ("reason", reason)]).increment()
+    }
+
     static var requests: MetricNameDescriptor {
         MetricNameDescriptor(metricName: "customer_api_requests", unitName: "total", helpText: "Customer API requests by route (operation id) and HTTP status")
     }

@@ -148,6 +148,9 @@ struct AuthenticationMiddleware: ServerMiddleware {
     /// Attempts with a key not known good, per client address (`CUSTOMER_API_AUTH_ATTEMPTS`, `_BURST`).
     let addressLimiter: KeyRateLimiter
 
+    /// Operations Apple calls, authenticated by their signed body instead of a key (docs/customer-api.yaml: `security: []`).
+    static let signedByApple: Set<String> = ["getRetentionMessage"]
+
     /// The scope each operation needs: purchases write, erasures erase, offers offers, everything else reads.
     static func scope(of operationID: String) -> APIKeyScope {
         switch operationID {
@@ -162,6 +165,9 @@ struct AuthenticationMiddleware: ServerMiddleware {
         _ request: HTTPRequest, body: HTTPBody?, metadata: ServerRequestMetadata, operationID: String,
         next: @Sendable (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (HTTPResponse, HTTPBody?)
     ) async throws -> (HTTPResponse, HTTPBody?) {
+        // Apple's real-time retention request carries no key: its signed body is its authentication (verified by the
+        // handler as strictly as a notification). No address limit either: Apple calls from few addresses.
+        if Self.signedByApple.contains(operationID) { return try await next(request, body, metadata) }
         let challenge = ["WWW-Authenticate": "Bearer"]
         guard let header = request.headerFields[.authorization] else {
             throw CustomerAPIError(401, "unauthorized", "send Authorization: Bearer <key> (pipelinectl api-keys create)", headers: challenge)

@@ -76,6 +76,171 @@ extension Components {
                 ])
             }
         }
+        /// - Remark: Generated from `#/components/schemas/RealtimeRequestBody`.
+        internal struct RealtimeRequestBody: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/RealtimeRequestBody/signedPayload`.
+            internal var signedPayload: Swift.String
+            /// Creates a new `RealtimeRequestBody`.
+            ///
+            /// - Parameters:
+            ///   - signedPayload:
+            internal init(signedPayload: Swift.String) {
+                self.signedPayload = signedPayload
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case signedPayload
+            }
+        }
+        /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody`.
+        internal struct RealtimeResponseBody: Codable, Hashable, Sendable {
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/message`.
+            internal struct MessagePayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/message/messageIdentifier`.
+                internal var messageIdentifier: Swift.String
+                /// Creates a new `MessagePayload`.
+                ///
+                /// - Parameters:
+                ///   - messageIdentifier:
+                internal init(messageIdentifier: Swift.String) {
+                    self.messageIdentifier = messageIdentifier
+                }
+                internal enum CodingKeys: String, CodingKey {
+                    case messageIdentifier
+                }
+                internal init(from decoder: any Swift.Decoder) throws {
+                    let container = try decoder.container(keyedBy: CodingKeys.self)
+                    self.messageIdentifier = try container.decode(
+                        Swift.String.self,
+                        forKey: .messageIdentifier
+                    )
+                    try decoder.ensureNoAdditionalProperties(knownKeys: [
+                        "messageIdentifier"
+                    ])
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/message`.
+            internal var message: Components.Schemas.RealtimeResponseBody.MessagePayload?
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/alternateProduct`.
+            internal struct AlternateProductPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/alternateProduct/messageIdentifier`.
+                internal var messageIdentifier: Swift.String
+                /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/alternateProduct/productId`.
+                internal var productId: Swift.String
+                /// Creates a new `AlternateProductPayload`.
+                ///
+                /// - Parameters:
+                ///   - messageIdentifier:
+                ///   - productId:
+                internal init(
+                    messageIdentifier: Swift.String,
+                    productId: Swift.String
+                ) {
+                    self.messageIdentifier = messageIdentifier
+                    self.productId = productId
+                }
+                internal enum CodingKeys: String, CodingKey {
+                    case messageIdentifier
+                    case productId
+                }
+                internal init(from decoder: any Swift.Decoder) throws {
+                    let container = try decoder.container(keyedBy: CodingKeys.self)
+                    self.messageIdentifier = try container.decode(
+                        Swift.String.self,
+                        forKey: .messageIdentifier
+                    )
+                    self.productId = try container.decode(
+                        Swift.String.self,
+                        forKey: .productId
+                    )
+                    try decoder.ensureNoAdditionalProperties(knownKeys: [
+                        "messageIdentifier",
+                        "productId"
+                    ])
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/alternateProduct`.
+            internal var alternateProduct: Components.Schemas.RealtimeResponseBody.AlternateProductPayload?
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/promotionalOffer`.
+            internal struct PromotionalOfferPayload: Codable, Hashable, Sendable {
+                /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/promotionalOffer/messageIdentifier`.
+                internal var messageIdentifier: Swift.String
+                /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/promotionalOffer/promotionalOfferSignatureV2`.
+                internal var promotionalOfferSignatureV2: Swift.String
+                /// Creates a new `PromotionalOfferPayload`.
+                ///
+                /// - Parameters:
+                ///   - messageIdentifier:
+                ///   - promotionalOfferSignatureV2:
+                internal init(
+                    messageIdentifier: Swift.String,
+                    promotionalOfferSignatureV2: Swift.String
+                ) {
+                    self.messageIdentifier = messageIdentifier
+                    self.promotionalOfferSignatureV2 = promotionalOfferSignatureV2
+                }
+                internal enum CodingKeys: String, CodingKey {
+                    case messageIdentifier
+                    case promotionalOfferSignatureV2
+                }
+                internal init(from decoder: any Swift.Decoder) throws {
+                    let container = try decoder.container(keyedBy: CodingKeys.self)
+                    self.messageIdentifier = try container.decode(
+                        Swift.String.self,
+                        forKey: .messageIdentifier
+                    )
+                    self.promotionalOfferSignatureV2 = try container.decode(
+                        Swift.String.self,
+                        forKey: .promotionalOfferSignatureV2
+                    )
+                    try decoder.ensureNoAdditionalProperties(knownKeys: [
+                        "messageIdentifier",
+                        "promotionalOfferSignatureV2"
+                    ])
+                }
+            }
+            /// - Remark: Generated from `#/components/schemas/RealtimeResponseBody/promotionalOffer`.
+            internal var promotionalOffer: Components.Schemas.RealtimeResponseBody.PromotionalOfferPayload?
+            /// Creates a new `RealtimeResponseBody`.
+            ///
+            /// - Parameters:
+            ///   - message:
+            ///   - alternateProduct:
+            ///   - promotionalOffer:
+            internal init(
+                message: Components.Schemas.RealtimeResponseBody.MessagePayload? = nil,
+                alternateProduct: Components.Schemas.RealtimeResponseBody.AlternateProductPayload? = nil,
+                promotionalOffer: Components.Schemas.RealtimeResponseBody.PromotionalOfferPayload? = nil
+            ) {
+                self.message = message
+                self.alternateProduct = alternateProduct
+                self.promotionalOffer = promotionalOffer
+            }
+            internal enum CodingKeys: String, CodingKey {
+                case message
+                case alternateProduct
+                case promotionalOffer
+            }
+            internal init(from decoder: any Swift.Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                self.message = try container.decodeIfPresent(
+                    Components.Schemas.RealtimeResponseBody.MessagePayload.self,
+                    forKey: .message
+                )
+                self.alternateProduct = try container.decodeIfPresent(
+                    Components.Schemas.RealtimeResponseBody.AlternateProductPayload.self,
+                    forKey: .alternateProduct
+                )
+                self.promotionalOffer = try container.decodeIfPresent(
+                    Components.Schemas.RealtimeResponseBody.PromotionalOfferPayload.self,
+                    forKey: .promotionalOffer
+                )
+                try decoder.ensureNoAdditionalProperties(knownKeys: [
+                    "message",
+                    "alternateProduct",
+                    "promotionalOffer"
+                ])
+            }
+        }
         /// - Remark: Generated from `#/components/schemas/OfferRequest`.
         internal struct OfferRequest: Codable, Hashable, Sendable {
             /// - Remark: Generated from `#/components/schemas/OfferRequest/productId`.

@@ -2284,6 +2284,266 @@ internal enum Operations {
             }
         }
     }
+    /// Apple's Get Retention Message request, answered in real time (set this URL with Apple's Configure Realtime URL).
+    ///
+    /// Called by the App Store, not by your backend: no API key; the body is Apple's signed request, verified as strictly as a notification (chain to the configured roots, signature, environment, the app's App Apple ID in Production, signed within the last 5 minutes). The subscription's state picks the app's first matching rule (`RETENTION_RULES_FILE`): a message, a switch-plan product, or a promotional offer signed as a promotional offer V2 JWS (recorded in the offer ledger). On any doubt (an unknown subscription, no rule, a slow database) the answer is empty, which shows no message: no answer is better than a wrong one.
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/retention`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)`.
+    internal enum GetRetentionMessage {
+        internal static let id: Swift.String = "getRetentionMessage"
+        internal struct Input: Sendable, Hashable {
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/path`.
+            internal struct Path: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/path/bundleId`.
+                internal var bundleId: Components.Parameters.BundleId
+                /// Creates a new `Path`.
+                ///
+                /// - Parameters:
+                ///   - bundleId:
+                internal init(bundleId: Components.Parameters.BundleId) {
+                    self.bundleId = bundleId
+                }
+            }
+            internal var path: Operations.GetRetentionMessage.Input.Path
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/header`.
+            internal struct Headers: Sendable, Hashable {
+                internal var accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetRetentionMessage.AcceptableContentType>]
+                /// Creates a new `Headers`.
+                ///
+                /// - Parameters:
+                ///   - accept:
+                internal init(accept: [OpenAPIRuntime.AcceptHeaderContentType<Operations.GetRetentionMessage.AcceptableContentType>] = .defaultValues()) {
+                    self.accept = accept
+                }
+            }
+            internal var headers: Operations.GetRetentionMessage.Input.Headers
+            /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/requestBody`.
+            internal enum Body: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/requestBody/content/application\/json`.
+                case json(Components.Schemas.RealtimeRequestBody)
+            }
+            internal var body: Operations.GetRetentionMessage.Input.Body
+            /// Creates a new `Input`.
+            ///
+            /// - Parameters:
+            ///   - path:
+            ///   - headers:
+            ///   - body:
+            internal init(
+                path: Operations.GetRetentionMessage.Input.Path,
+                headers: Operations.GetRetentionMessage.Input.Headers = .init(),
+                body: Operations.GetRetentionMessage.Input.Body
+            ) {
+                self.path = path
+                self.headers = headers
+                self.body = body
+            }
+        }
+        internal enum Output: Sendable, Hashable {
+            internal struct Ok: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/responses/200/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/responses/200/content/application\/json`.
+                    case json(Components.Schemas.RealtimeResponseBody)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas.RealtimeResponseBody {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetRetentionMessage.Output.Ok.Body
+                /// Creates a new `Ok`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.GetRetentionMessage.Output.Ok.Body) {
+                    self.body = body
+                }
+            }
+            /// Apple's `RealtimeResponseBody`; at most one field, none for no message.
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)/responses/200`.
+            ///
+            /// HTTP response code: `200 ok`.
+            case ok(Operations.GetRetentionMessage.Output.Ok)
+            /// The associated value of the enum case if `self` is `.ok`.
+            ///
+            /// - Throws: An error if `self` is not `.ok`.
+            /// - SeeAlso: `.ok`.
+            internal var ok: Operations.GetRetentionMessage.Output.Ok {
+                get throws {
+                    switch self {
+                    case let .ok(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "ok",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The request is malformed (`invalid_request`, `invalid_customer_id`, `bare_transaction_id`, `invalid_json`, `invalid_request_id`, `invalid_consistency_token`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)/responses/400`.
+            ///
+            /// HTTP response code: `400 badRequest`.
+            case badRequest(Components.Responses.BadRequest)
+            /// The associated value of the enum case if `self` is `.badRequest`.
+            ///
+            /// - Throws: An error if `self` is not `.badRequest`.
+            /// - SeeAlso: `.badRequest`.
+            internal var badRequest: Components.Responses.BadRequest {
+                get throws {
+                    switch self {
+                    case let .badRequest(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "badRequest",
+                            response: self
+                        )
+                    }
+                }
+            }
+            internal struct Unauthorized: Sendable, Hashable {
+                /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/responses/401/content`.
+                internal enum Body: Sendable, Hashable {
+                    /// - Remark: Generated from `#/paths/v1/apps/{bundleId}/retention/POST/responses/401/content/application\/json`.
+                    case json(Components.Schemas._Error)
+                    /// The associated value of the enum case if `self` is `.json`.
+                    ///
+                    /// - Throws: An error if `self` is not `.json`.
+                    /// - SeeAlso: `.json`.
+                    internal var json: Components.Schemas._Error {
+                        get throws {
+                            switch self {
+                            case let .json(body):
+                                return body
+                            }
+                        }
+                    }
+                }
+                /// Received HTTP response body
+                internal var body: Operations.GetRetentionMessage.Output.Unauthorized.Body
+                /// Creates a new `Unauthorized`.
+                ///
+                /// - Parameters:
+                ///   - body: Received HTTP response body
+                internal init(body: Operations.GetRetentionMessage.Output.Unauthorized.Body) {
+                    self.body = body
+                }
+            }
+            /// The signed request did not verify: the code is the verifier's reason (`signatureMismatch`, `invalidChain`, `appAppleIdMismatch`, `malformedPayload`, …).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)/responses/401`.
+            ///
+            /// HTTP response code: `401 unauthorized`.
+            case unauthorized(Operations.GetRetentionMessage.Output.Unauthorized)
+            /// The associated value of the enum case if `self` is `.unauthorized`.
+            ///
+            /// - Throws: An error if `self` is not `.unauthorized`.
+            /// - SeeAlso: `.unauthorized`.
+            internal var unauthorized: Operations.GetRetentionMessage.Output.Unauthorized {
+                get throws {
+                    switch self {
+                    case let .unauthorized(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "unauthorized",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The key does not see this app (`forbidden_bundle`: the same answer whether the app exists or not, so a key cannot probe for other apps) or lacks the scope (`insufficient_scope`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)/responses/403`.
+            ///
+            /// HTTP response code: `403 forbidden`.
+            case forbidden(Components.Responses.Forbidden)
+            /// The associated value of the enum case if `self` is `.forbidden`.
+            ///
+            /// - Throws: An error if `self` is not `.forbidden`.
+            /// - SeeAlso: `.forbidden`.
+            internal var forbidden: Components.Responses.Forbidden {
+                get throws {
+                    switch self {
+                    case let .forbidden(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "forbidden",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// The body is over `CUSTOMER_API_MAX_BODY_BYTES` (`body_too_large`).
+            ///
+            /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)/responses/413`.
+            ///
+            /// HTTP response code: `413 contentTooLarge`.
+            case contentTooLarge(Components.Responses.TooLarge)
+            /// The associated value of the enum case if `self` is `.contentTooLarge`.
+            ///
+            /// - Throws: An error if `self` is not `.contentTooLarge`.
+            /// - SeeAlso: `.contentTooLarge`.
+            internal var contentTooLarge: Components.Responses.TooLarge {
+                get throws {
+                    switch self {
+                    case let .contentTooLarge(response):
+                        return response
+                    default:
+                        try throwUnexpectedResponseStatus(
+                            expectedStatus: "contentTooLarge",
+                            response: self
+                        )
+                    }
+                }
+            }
+            /// Undocumented response.
+            ///
+            /// A response with a code that is not documented in the OpenAPI document.
+            case undocumented(statusCode: Swift.Int, OpenAPIRuntime.UndocumentedPayload)
+        }
+        internal enum AcceptableContentType: AcceptableProtocol {
+            case json
+            case other(Swift.String)
+            internal init?(rawValue: Swift.String) {
+                switch rawValue.lowercased() {
+                case "application/json":
+                    self = .json
+                default:
+                    self = .other(rawValue)
+                }
+            }
+            internal var rawValue: Swift.String {
+                switch self {
+                case let .other(string):
+                    return string
+                case .json:
+                    return "application/json"
+                }
+            }
+            internal static var allCases: [Self] {
+                [
+                    .json
+                ]
+            }
+        }
+    }
     /// An erasure, by its request id (counts only; nothing about the person).
     ///
     /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).

@@ -50,6 +50,14 @@ internal protocol APIProtocol: Sendable {
     /// - Remark: HTTP `POST /v1/apps/{bundleId}/customers/{customerId}/offers`.
     /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/customers/{customerId}/offers/post(decideOffers)`.
     func decideOffers(_ input: Operations.DecideOffers.Input) async throws -> Operations.DecideOffers.Output
+    /// Apple's Get Retention Message request, answered in real time (set this URL with Apple's Configure Realtime URL).
+    ///
+    /// Called by the App Store, not by your backend: no API key; the body is Apple's signed request, verified as strictly as a notification (chain to the configured roots, signature, environment, the app's App Apple ID in Production, signed within the last 5 minutes). The subscription's state picks the app's first matching rule (`RETENTION_RULES_FILE`): a message, a switch-plan product, or a promotional offer signed as a promotional offer V2 JWS (recorded in the offer ledger). On any doubt (an unknown subscription, no rule, a slow database) the answer is empty, which shows no message: no answer is better than a wrong one.
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/retention`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)`.
+    func getRetentionMessage(_ input: Operations.GetRetentionMessage.Input) async throws -> Operations.GetRetentionMessage.Output
     /// An erasure, by its request id (counts only; nothing about the person).
     ///
     /// Scope `erase`. Erasures of this app only, whoever asked for them (the customer API, pipelinectl, the console).
@@ -177,6 +185,24 @@ extension APIProtocol {
         body: Operations.DecideOffers.Input.Body
     ) async throws -> Operations.DecideOffers.Output {
         try await decideOffers(Operations.DecideOffers.Input(
+            path: path,
+            headers: headers,
+            body: body
+        ))
+    }
+    /// Apple's Get Retention Message request, answered in real time (set this URL with Apple's Configure Realtime URL).
+    ///
+    /// Called by the App Store, not by your backend: no API key; the body is Apple's signed request, verified as strictly as a notification (chain to the configured roots, signature, environment, the app's App Apple ID in Production, signed within the last 5 minutes). The subscription's state picks the app's first matching rule (`RETENTION_RULES_FILE`): a message, a switch-plan product, or a promotional offer signed as a promotional offer V2 JWS (recorded in the offer ledger). On any doubt (an unknown subscription, no rule, a slow database) the answer is empty, which shows no message: no answer is better than a wrong one.
+    ///
+    ///
+    /// - Remark: HTTP `POST /v1/apps/{bundleId}/retention`.
+    /// - Remark: Generated from `#/paths//v1/apps/{bundleId}/retention/post(getRetentionMessage)`.
+    internal func getRetentionMessage(
+        path: Operations.GetRetentionMessage.Input.Path,
+        headers: Operations.GetRetentionMessage.Input.Headers = .init(),
+        body: Operations.GetRetentionMessage.Input.Body
+    ) async throws -> Operations.GetRetentionMessage.Output {
+        try await getRetentionMessage(Operations.GetRetentionMessage.Input(
             path: path,
             headers: headers,
             body: body
