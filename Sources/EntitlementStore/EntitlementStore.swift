@@ -451,6 +451,11 @@ public struct EntitlementStore: Sendable {
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
         }
+        // A purchase that redeemed a promotional or win-back offer is linked to the signature we issued for it.
+        let redemptions = transactions.compactMap(Self.redemptionRow)
+        if !redemptions.isEmpty {
+            try await connection.query(Self.offerRedemptionStatement(rows: JSONValue.array(redemptions).serialized), logger: logger)
+        }
         // The grace period Apple granted a period only grows (metrics read it as part of the period's access).
         let graces = Self.graceRows(firstSeen)
         if !graces.isEmpty {
@@ -881,6 +886,47 @@ public struct EntitlementStore: Sendable {
     }
 
     /// A transaction row moves forward only: a refund (newer signedDate) replaces the purchase, never the reverse.
+    /// The transaction's offer, for `offerRedemptionStatement`: only promotional (2) and win-back (4) offers, the
+    /// kinds a server signs.
+    static func redemptionRow(_ transaction: VerifiedPayload<JWSTransactionDecodedPayload>, of notification: VerifiedNotification) -> JSONValue? {
+        let t = transaction.model
+        guard let type = t.rawOfferType, type == 2 || type == 4, let offer = t.offerIdentifier, let id = t.transactionId, let original = t.originalTransactionId else {
+            return nil
+        }
+        return .object(JSONObject([
+            "transaction_id": .string(id), "original_transaction_id": .string(original), "environment": .string(notification.environment.rawValue),
+            "bundle_id": .string(notification.bundleId), "product_id": text(t.productId), "offer_identifier": .string(offer),
+            "purchase_date": millis(t.purchaseDate ?? transaction.signedDate), "app_account_token": text(t.appAccountToken),
+        ]))
+    }
+
+    /// Links each redeeming purchase to the latest unredeemed signature of its offer and product issued to the same
+    /// customer (their appAccountToken, or a signature naming a transaction of the same subscription) before the
+    /// purchase (5 minutes of clock slack): the nonce ledger's `redeemed_transaction_id` (docs/offers.md). A purchase
+    /// links at most one signature, once: replays change nothing.
+    static func offerRedemptionStatement(rows: String) -> PostgresQuery {
+        """
+        WITH redeemed AS (
+            SELECT r.transaction_id, r.original_transaction_id, r.environment, r.bundle_id, r.product_id, r.offer_identifier,
+                to_timestamp(r.purchase_date / 1000.0) AS purchased, lower(r.app_account_token) AS token
+            FROM jsonb_to_recordset(\(rows)::jsonb) AS r(transaction_id text,
+                original_transaction_id text, environment text, bundle_id text, product_id text, offer_identifier text, purchase_date bigint,
+                app_account_token text)
+            WHERE NOT EXISTS (SELECT 1 FROM offer_signatures x WHERE x.redeemed_transaction_id = r.transaction_id)
+        ), chosen AS (
+            SELECT DISTINCT ON (d.transaction_id) s.nonce, s.customer_id, d.transaction_id, d.purchased
+            FROM redeemed d JOIN offer_signatures s ON s.bundle_id = d.bundle_id AND s.offer_identifier = d.offer_identifier
+                AND s.product_id = d.product_id AND s.environment = d.environment AND s.kind = 'promotional-offer'
+                AND s.redeemed_transaction_id IS NULL AND s.issued_at <= d.purchased + interval '5 minutes'
+                AND (s.customer_id = d.token OR s.transaction_id = d.original_transaction_id
+                     OR s.transaction_id IN (SELECT t.transaction_id FROM transactions t WHERE t.original_transaction_id = d.original_transaction_id))
+            ORDER BY d.transaction_id, s.issued_at DESC
+        )
+        UPDATE offer_signatures s SET redeemed_transaction_id = c.transaction_id, redeemed_at = c.purchased
+        FROM chosen c WHERE s.nonce = c.nonce AND s.customer_id = c.customer_id
+        """
+    }
+
     static func transactionStatement(rows: String) -> PostgresQuery {
         """
         INSERT INTO transactions (transaction_id, original_transaction_id, environment, bundle_id, product_id, type, purchase_date,

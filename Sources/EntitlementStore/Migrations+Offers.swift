@@ -20,6 +20,9 @@ extension Migrations {
         )
         """,
         "CREATE INDEX offer_signatures_by_customer ON offer_signatures (bundle_id, customer_id, issued_at)",
+        // The worker links a redeeming purchase to its signature by offer and product (unredeemed ones only).
+        "CREATE INDEX offer_signatures_unredeemed ON offer_signatures (bundle_id, offer_identifier, product_id) WHERE redeemed_transaction_id IS NULL",
+        "CREATE UNIQUE INDEX offer_signatures_redeemed_by ON offer_signatures (redeemed_transaction_id, customer_id) WHERE redeemed_transaction_id IS NOT NULL",
         "ALTER TABLE api_keys DROP CONSTRAINT api_keys_scope_check",
         "ALTER TABLE api_keys ADD CONSTRAINT api_keys_scope_check CHECK (scope IN ('read', 'write', 'erase', 'offers'))",
     ])

@@ -55,6 +55,8 @@ public struct NotificationMinter: Sendable {
         public var storefront = "USA"
         /// An offer on the transaction: `offerType` (1 introductory, 2 promotional, 3 offer code, 4 win-back).
         public var offerType: Int32?
+        /// The offer's identifier (promotional and win-back offers, offer codes).
+        public var offerIdentifier: String?
         /// `FREE_TRIAL`, `PAY_AS_YOU_GO` or `PAY_UP_FRONT`.
         public var offerDiscountType: String?
         /// The offer's duration (ISO 8601).
@@ -155,6 +157,7 @@ public struct NotificationMinter: Sendable {
         if let isUpgraded = event.isUpgraded { transaction["isUpgraded"] = .bool(isUpgraded) }
         if let previous = event.previousOriginalTransactionId { transaction["previousOriginalTransactionId"] = .string(previous) }
         if let offerType = event.offerType { transaction["offerType"] = number(Int64(offerType)) }
+        if let offer = event.offerIdentifier { transaction["offerIdentifier"] = .string(offer) }
         if let discount = event.offerDiscountType { transaction["offerDiscountType"] = .string(discount) }
         if let period = event.offerPeriod { transaction["offerPeriod"] = .string(period) }
         if let plan = event.billingPlanType { transaction["billingPlanType"] = .string(plan) }

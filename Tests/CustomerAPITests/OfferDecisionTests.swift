@@ -82,6 +82,18 @@ struct OfferDecisionTests: ProcessSuite {
         #expect(promotional.claims.keys == ["productId", "offerIdentifier", "transactionId", "bid", "iss", "aud", "iat", "nonce"])
         #expect(promotional.claims["aud"] == .string("promotional-offer") && promotional.claims["offerIdentifier"] == .string("loyal_3m"))
         #expect(promotional.claims["nonce"] == signed["nonce"] && promotional.claims["iss"] == .string(FakeAppleFixture.issuerId))
+        // The customer redeems it: the purchase StoreKit makes carries the offer, and the worker links it to the nonce.
+        var redeeming = current
+        redeeming.transactionId = String(Int64(current.transactionId)! + 1)
+        redeeming.purchaseDate = current.purchaseDate + 1_000
+        redeeming.signedDate = redeeming.purchaseDate
+        redeeming.offerType = 2
+        redeeming.offerIdentifier = "loyal_3m"
+        redeeming.notificationUUID = UUID().uuidString.lowercased()
+        #expect(try await scene.purchase(redeeming, customer: active, key: writer).status == 200)
+        let link = try await scene.query(
+            "SELECT nonce || ' ' || coalesce(redeemed_transaction_id, '-') FROM offer_signatures WHERE offer_identifier = 'loyal_3m'", as: String.self)
+        #expect(link == ["\(signed["nonce"]?.stringValue ?? "?") \(redeeming.transactionId)"], "\(link)")
         // Asking for the win-back offer by name: refused, with its rule, nothing signed.
         let refused = try await decide(active, ["offerIdentifier": .string("winback_50")])
         #expect(refused.status == 200 && refused.json["signed"] == nil)
