@@ -327,7 +327,8 @@ public struct EntitlementStore: Sendable {
         let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
         try await queueConsentErasures(firstSeen, on: connection)
         try await recordExtensionSummaries(firstSeen, on: connection)
-        let events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
+        var events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
+        events += try await linkOfferRedemptions(firstSeen, on: connection)
         if !events.isEmpty {
             var traceparents: [String: String] = [:]
             for record in firstSeen { if let traceparent = record.traceparent { traceparents[record.deduplicationKey] = traceparent } }
@@ -451,11 +452,7 @@ public struct EntitlementStore: Sendable {
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
         }
-        // A purchase that redeemed a promotional or win-back offer is linked to the signature we issued for it.
-        let redemptions = transactions.compactMap(Self.redemptionRow)
-        if !redemptions.isEmpty {
-            try await connection.query(Self.offerRedemptionStatement(rows: JSONValue.array(redemptions).serialized), logger: logger)
-        }
+
         // The grace period Apple granted a period only grows (metrics read it as part of the period's access).
         let graces = Self.graceRows(firstSeen)
         if !graces.isEmpty {
@@ -886,6 +883,28 @@ public struct EntitlementStore: Sendable {
     }
 
     /// A transaction row moves forward only: a refund (newer signedDate) replaces the purchase, never the reverse.
+    /// A purchase that redeemed a promotional or win-back offer is linked to the signature we issued for it
+    /// (`offerRedemptionStatement`); each link is an `offer.redeemed` event when events are on.
+    func linkOfferRedemptions(_ firstSeen: [StoredNotification], on connection: PostgresConnection) async throws -> [EntitlementEvent] {
+        let transactions = Self.newestTransactions(firstSeen)
+        let rows = transactions.compactMap(Self.redemptionRow)
+        guard !rows.isEmpty else { return [] }
+        let linked = try await connection.query(Self.offerRedemptionStatement(rows: JSONValue.array(rows).serialized), logger: logger)
+        var events: [EntitlementEvent] = []
+        for try await (nonce, customerId, offer, transactionId, issuedAt) in linked.decode((String, String, String, String, Date).self) {
+            guard emitsEvents, let (_, notification) = transactions.first(where: { $0.0.model.transactionId == transactionId }),
+                let record = firstSeen.first(where: { $0.verified.transactionInfo?.model.transactionId == transactionId })
+            else { continue }
+            let cause = EntitlementEventCause(notification, key: record.deduplicationKey)
+            if let event = EntitlementEvent.offerRedeemed(
+                notification, cause: cause, nonce: nonce, offerIdentifier: offer, customerId: customerId, issuedAt: Timestamp(issuedAt))
+            {
+                events.append(event)
+            }
+        }
+        return events
+    }
+
     /// The transaction's offer, for `offerRedemptionStatement`: only promotional (2) and win-back (4) offers, the
     /// kinds a server signs.
     static func redemptionRow(_ transaction: VerifiedPayload<JWSTransactionDecodedPayload>, of notification: VerifiedNotification) -> JSONValue? {
@@ -924,6 +943,7 @@ public struct EntitlementStore: Sendable {
         )
         UPDATE offer_signatures s SET redeemed_transaction_id = c.transaction_id, redeemed_at = c.purchased
         FROM chosen c WHERE s.nonce = c.nonce AND s.customer_id = c.customer_id
+        RETURNING s.nonce, s.customer_id, s.offer_identifier, c.transaction_id, s.issued_at
         """
     }
 

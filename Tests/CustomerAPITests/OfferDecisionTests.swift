@@ -94,6 +94,15 @@ struct OfferDecisionTests: ProcessSuite {
         let link = try await scene.query(
             "SELECT nonce || ' ' || coalesce(redeemed_transaction_id, '-') FROM offer_signatures WHERE offer_identifier = 'loyal_3m'", as: String.self)
         #expect(link == ["\(signed["nonce"]?.stringValue ?? "?") \(redeeming.transactionId)"], "\(link)")
+        // And the backend hears of it: offer.redeemed, naming the nonce.
+        var redeemedEvent: ReadEvent?
+        let deadline = ContinuousClock.now + .seconds(10)
+        while redeemedEvent == nil, ContinuousClock.now < deadline {
+            redeemedEvent = try await scene.events(subject: current.originalTransactionId).first { $0.type == "offer.redeemed" }
+            if redeemedEvent == nil { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let offerData = try #require(redeemedEvent?.data["offer"]?.objectValue, "no offer.redeemed event")
+        #expect(offerData["nonce"] == signed["nonce"] && offerData["customerId"] == .string(active) && offerData["transactionId"] == .string(redeeming.transactionId))
         // Asking for the win-back offer by name: refused, with its rule, nothing signed.
         let refused = try await decide(active, ["offerIdentifier": .string("winback_50")])
         #expect(refused.status == 200 && refused.json["signed"] == nil)

@@ -402,11 +402,19 @@ struct DeploymentConsistencyTests {
         let consent = try await verifier.verifyNotification(
             minter.signedRescindConsent(notificationUUID: "rescind-1", signedDate: 1_780_000_000_000, appTransactionId: "704100000042"))
         events.append(try #require(EntitlementEvent.ofNotification(consent, cause: EntitlementEventCause(consent, key: "rescind-1"))))
+        // A purchase that redeemed an offer we signed.
+        var redeeming = NotificationMinter.SubscriptionEvent.sample(seed: 9_301, signedDate: 1_780_000_000_000, type: "SUBSCRIBED")
+        redeeming.offerType = 2
+        redeeming.offerIdentifier = "loyal_3m"
+        let redeemed = try await verifier.verifyNotification(minter.signedNotification(redeeming))
+        events.append(try #require(EntitlementEvent.offerRedeemed(
+            redeemed, cause: EntitlementEventCause(redeemed, key: redeeming.notificationUUID), nonce: "e5a1c8b2-3c4d-4e5f-8a9b-0c1d2e3f4a5b",
+            offerIdentifier: "loyal_3m", customerId: "9f6e1d2c-aaaa-4bbb-8ccc-ddddeeeeffff", issuedAt: Timestamp(millisecondsSince1970: 1_779_999_000_000))))
         events.append(EntitlementEvent.erasure(
             requestId: "privacy-1", bundleId: minter.bundleId, environment: "Production", erasedAt: Timestamp(millisecondsSince1970: 1_780_000_000_000),
             subscriptions: 2, notifications: 9, events: 7))
         #expect(Set(events.map(\.type)) == Set(EntitlementEventType.allCases).subtracting([.transferred]), "every type but transfers (the customer API's, checked in its own tests)")
-        #expect(events.contains { $0.data["revocation"] != nil } && events.contains { $0.data["erasure"] != nil })
+        #expect(events.contains { $0.data["revocation"] != nil } && events.contains { $0.data["erasure"] != nil } && events.contains { $0.data["offer"] != nil })
         let problems = try JSONSchemaCheck.validate(events.map(\.data.serialized), against: "docs/entitlement-event.schema.json")
         #expect(problems.isEmpty, "\(problems.prefix(5))")
         // And the check can fail: a date without milliseconds and a missing field are refused.

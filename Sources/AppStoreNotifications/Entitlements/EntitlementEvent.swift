@@ -102,6 +102,9 @@ public enum EntitlementEventType: String, Sendable, Hashable, CaseIterable {
     /// A customer was erased (docs/privacy.md): receivers delete their copies. No personal data: the subject is the
     /// erasure's request id, which whoever asked for the erasure holds.
     case customerErased = "customer.erased"
+    /// A purchase redeemed an offer whose signature the customer API issued (docs/offers.md): which signature
+    /// (its nonce), issued when, to whom. Outside the sequence: the purchase's own change is its entitlement event.
+    case offerRedeemed = "offer.redeemed"
 
     /// Whether events of this type take a number in their subscription's sequence.
     public var isSequenced: Bool {
@@ -266,6 +269,22 @@ public struct EntitlementEvent: Sendable, Hashable {
             appAccountToken: appAccountToken, appTransactionId: appTransactionId, productId: productId, sequence: sequence, before: entitlement,
             after: entitlement, cause: cause)
         event.data["transfer"] = .object(JSONObject(["fromCustomerId": text(from), "toCustomerId": .string(to)]))
+        return event
+    }
+
+    /// The event of a redeemed offer (`offer.redeemed`): the purchase's transaction and the signature it used.
+    public static func offerRedeemed(
+        _ notification: VerifiedNotification, cause: EntitlementEventCause, nonce: String, offerIdentifier: String, customerId: String, issuedAt: Timestamp
+    ) -> EntitlementEvent? {
+        guard let transaction = notification.transactionInfo?.model, let original = transaction.originalTransactionId else { return nil }
+        var event = make(
+            type: .offerRedeemed, environment: notification.environment.rawValue, bundleId: notification.bundleId, subject: original,
+            originalTransactionId: original, appAccountToken: transaction.appAccountToken, appTransactionId: transaction.appTransactionId,
+            productId: transaction.productId, sequence: nil, before: .null, after: .null, cause: cause)
+        event.data["offer"] = .object(JSONObject([
+            "offerIdentifier": .string(offerIdentifier), "offerType": integer(transaction.rawOfferType), "transactionId": text(transaction.transactionId),
+            "nonce": .string(nonce), "customerId": .string(customerId), "issuedAt": date(issuedAt),
+        ]))
         return event
     }
 
