@@ -22,6 +22,7 @@ extension RetentionPolicy {
         policy.consumptionRequestDays = try days("CONSUMPTION_REQUEST_RETENTION_DAYS", policy.consumptionRequestDays)
         policy.consoleAuditDays = try days("CONSOLE_AUDIT_RETENTION_DAYS", policy.consoleAuditDays)
         policy.erasedEventIdsDays = try days("ERASED_EVENT_IDS_RETENTION_DAYS", policy.erasedEventIdsDays)
+        policy.offerSignatureDays = try days("OFFER_SIGNATURE_RETENTION_DAYS", policy.offerSignatureDays)
         // Durations, as the webhooks service and the relay read them (`30d`, `36h`), or `keep`.
         func duration(_ variable: String, _ defaultValue: Duration?) throws(ConfigurationError) -> Duration? {
             guard let text = environment.optionalString(variable) else { return defaultValue }

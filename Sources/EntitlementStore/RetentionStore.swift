@@ -27,6 +27,9 @@ public struct RetentionPolicy: Sendable, Hashable {
     /// `EVENTS_OUTBOX_RETENTION` (7d, a duration): entitlement events already published to the events topic (the
     /// relay prunes them too; unpublished events are never pruned).
     public var publishedEvents: Duration? = .seconds(7 * 86_400)
+    /// `OFFER_SIGNATURE_RETENTION_DAYS` (180): offer signatures never redeemed, by when they were issued (a signature
+    /// StoreKit did not use within days will not be; redeemed ones stay with the purchase, docs/offers.md).
+    public var offerSignatureDays: Int? = 180
 
     public init() {}
 
@@ -42,6 +45,7 @@ public struct RetentionPolicy: Sendable, Hashable {
             ("erased_events", "ERASED_EVENT_IDS_RETENTION_DAYS", days(erasedEventIdsDays)),
             ("webhook_deliveries", "WEBHOOK_DELIVERY_RETENTION", webhookDeliveries),
             ("entitlement_events_outbox", "EVENTS_OUTBOX_RETENTION", publishedEvents),
+            ("offer_signatures", "OFFER_SIGNATURE_RETENTION_DAYS", days(offerSignatureDays)),
         ]
     }
 
@@ -90,6 +94,7 @@ public struct RetentionStore: Sendable {
             ("console_audit", "at", "", true, days(policy.consoleAuditDays)),
             ("erased_events", "erased_at", "", false, days(policy.erasedEventIdsDays)),
             ("entitlement_events_outbox", "published_at", " AND published_at IS NOT NULL", true, policy.publishedEvents),
+            ("offer_signatures", "issued_at", " AND redeemed_transaction_id IS NULL", false, days(policy.offerSignatureDays)),
         ]
         for entry in tables {
             guard let limit = entry.limit else { continue }

@@ -181,7 +181,7 @@ extension WorkerConfiguration {
           APPSTORE_KEY_ID, APPSTORE_ISSUER_ID, APPSTORE_PRIVATE_KEY_FILE, ...   Apple's API key (docs/app-store-server-api.md)
           ARCHIVE_RETENTION_DAYS, DEAD_LETTER_RECORD_RETENTION_DAYS, PURCHASE_CLAIM_RETENTION_DAYS,
           CONSUMPTION_REQUEST_RETENTION_DAYS, CONSOLE_AUDIT_RETENTION_DAYS, ERASED_EVENT_IDS_RETENTION_DAYS,
-          WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
+          OFFER_SIGNATURE_RETENTION_DAYS, WEBHOOK_DELIVERY_RETENTION       each store's retention: days or keep (docs/privacy.md)
         Entitlement events and their relay (docs/events.md):
         \(EventsConfiguration.catalog.helpLines)
         docs/worker.md.

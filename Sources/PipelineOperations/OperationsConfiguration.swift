@@ -57,6 +57,7 @@ package struct OperationsConfiguration: Sendable {
         // pipelinectl customers (the erasure key) and retention (RetentionPolicy's variables).
         "ERASURE_KEY_FILE", "ERASURE_KEY", "ARCHIVE_RETENTION_DAYS", "DEAD_LETTER_RECORD_RETENTION_DAYS", "PURCHASE_CLAIM_RETENTION_DAYS",
         "CONSUMPTION_REQUEST_RETENTION_DAYS", "CONSOLE_AUDIT_RETENTION_DAYS", "ERASED_EVENT_IDS_RETENTION_DAYS", "WEBHOOK_DELIVERY_RETENTION",
+        "OFFER_SIGNATURE_RETENTION_DAYS",
     ] + KafkaEnvironment.keys + AppStoreServerAPIConfiguration.environmentKeys + EventsConfiguration.environmentKeys + ReadReplicaSettings.environmentKeys
 
     package static func fromEnvironment(_ environment: EnvironmentReader = EnvironmentReader()) throws(ConfigurationError) -> OperationsConfiguration {

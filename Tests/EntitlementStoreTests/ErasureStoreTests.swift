@@ -246,6 +246,28 @@ struct ErasureStoreTests: MintedSuite {
         }
     }
 
+    @Test("the prune job deletes offer signatures never redeemed past OFFER_SIGNATURE_RETENTION_DAYS; redeemed and recent ones stay")
+    func retentionCoversOfferSignatures() async throws {
+        try await withMigratedStore("retention-offers", logger: Self.logger) { _, client in
+            for (nonce, age, redeemed) in [("n1", "200 days", false), ("n2", "200 days", false), ("n3", "200 days", true), ("n4", "10 days", false)] {
+                try await client.query(PostgresQuery(unsafeSQL: """
+                    INSERT INTO offer_signatures (nonce, environment, bundle_id, customer_id, product_id, kind, offer_identifier, issued_at, rule,
+                        redeemed_transaction_id)
+                    VALUES ('\(nonce)', 'Production', 'b', 'c', 'p', 'promotional-offer', 'o', now() - interval '\(age)', 'r', \(redeemed ? "'t-\(nonce)'" : "NULL"))
+                    """), logger: Self.logger)
+            }
+            let policy = try RetentionPolicy.fromEnvironment(EnvironmentReader([:]))
+            #expect(policy.stores.contains { $0.store == "offer_signatures" && $0.limit == .seconds(180 * 86_400) })
+            let deleted = try await RetentionStore(client: client, logger: Self.logger).prune(policy)
+            #expect(deleted["offer_signatures"] == 2, "\(deleted)")
+            var left: [String] = []
+            for try await nonce in try await client.query("SELECT nonce FROM offer_signatures ORDER BY nonce", logger: Self.logger).decode(String.self) {
+                left.append(nonce)
+            }
+            #expect(left == ["n3", "n4"], "the redeemed and the recent signatures stay")
+        }
+    }
+
     @Test("the prune job covers the webhook delivery log with its attempts and the published outbox (WEBHOOK_DELIVERY_RETENTION, EVENTS_OUTBOX_RETENTION)")
     func retentionCoversWebhooksAndOutbox() async throws {
         try await withMigratedStore("retention-webhooks", logger: Self.logger) { _, client in
