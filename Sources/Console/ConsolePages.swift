@@ -300,8 +300,14 @@ struct ConsolePages: Sendable {
 
     func customerPage(_ request: Request, bundle: String, customerId: String, _ session: OperatorSession) async throws -> Response {
         let subscriptions = try await reading(request) { try await $0.customerSubscriptions(bundleId: bundle, customerId: customerId) }
+        let offers = try await reading(request) { try await $0.offerSignatures(bundleId: bundle, customerId: customerId) }
         var values: [String: Any] = [
-            "customerId": customerId, "bundle": bundle,
+            "customerId": customerId, "bundle": bundle, "hasOffers": !offers.isEmpty,
+            "offers": offers.map { row -> [String: Any] in
+                var values: [String: Any] = row
+                values["redeemed"] = !(row["redeemedTransactionId"] ?? "").isEmpty
+                return values
+            },
             "subscriptions": subscriptions.map { ["id": $0, "path": ConsolePaths.subscription(bundle: bundle, id: $0)] },
             "mayErase": session.role == .admin && actions.erasureKey != nil,
             "erasePath": ConsolePaths.customer(bundle: bundle, customerId: customerId) + "/erase",

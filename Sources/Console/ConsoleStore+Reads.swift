@@ -85,6 +85,28 @@ extension ConsoleStore {
 
     /// The subscriptions of a customer of `bundleId`: owned by the customer API's policy, or carrying the
     /// customer's appAccountToken where no ownership row says otherwise.
+    /// The offer signatures issued to `customerId` (docs/offers.md), newest first, with the purchase that redeemed each.
+    public func offerSignatures(bundleId: String, customerId: String, limit: Int = 100) async throws -> [[String: String]] {
+        let rows = try await client.query(
+            """
+            SELECT to_char(issued_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), kind, product_id, coalesce(offer_identifier, ''), nonce, rule,
+                coalesce(transaction_id, ''), coalesce(redeemed_transaction_id, ''), coalesce(to_char(redeemed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), '')
+            FROM offer_signatures WHERE bundle_id = \(bundleId) AND customer_id = lower(\(customerId))
+            ORDER BY issued_at DESC LIMIT \(limit)
+            """,
+            logger: logger)
+        var result: [[String: String]] = []
+        for try await (issued, kind, product, offer, nonce, rule, transaction, redeemed, redeemedAt) in rows.decode(
+            (String, String, String, String, String, String, String, String, String).self)
+        {
+            result.append([
+                "issuedAt": issued, "kind": kind, "productId": product, "offer": offer, "nonce": nonce, "rule": rule, "transactionId": transaction,
+                "redeemedTransactionId": redeemed, "redeemedAt": redeemedAt,
+            ])
+        }
+        return result
+    }
+
     public func customerSubscriptions(bundleId: String, customerId: String) async throws -> [String] {
         let rows = try await client.query(
             """

@@ -72,6 +72,10 @@ enum ConsoleTemplates {
             <h1>Customer {{customerId}} <small>{{bundle}}</small></h1>
             <section><h2>Subscriptions</h2>{{^subscriptions}}<p class="empty">No subscription of this customer.</p>{{/subscriptions}}
             <ul>{{#subscriptions}}<li><a href="{{path}}">{{id}}</a></li>{{/subscriptions}}</ul></section>
+            <section><h2>Offers</h2>{{^hasOffers}}<p class="empty">No offer signed for this customer.</p>{{/hasOffers}}
+            {{#hasOffers}}<table class="offers"><thead><tr><th>issued (UTC)</th><th>kind</th><th>product</th><th>offer</th><th>decided by</th><th>redeemed by</th></tr></thead><tbody>
+            {{#offers}}<tr class="offer" data-nonce="{{nonce}}" data-redeemed="{{redeemed}}"><td>{{issuedAt}}</td><td>{{kind}}</td><td>{{productId}}</td><td>{{offer}}</td><td>{{rule}}</td><td>{{#redeemed}}{{redeemedTransactionId}} ({{redeemedAt}}){{/redeemed}}{{^redeemed}}not redeemed{{/redeemed}}</td></tr>{{/offers}}
+            </tbody></table>{{/hasOffers}}</section>
             {{#mayErase}}<section><h2>Erase this customer</h2>
             <form method="post" action="{{erasePath}}" class="card danger" id="erase"><input type="hidden" name="csrf" value="{{csrf}}">
             <p>Deletes everything the pipeline keeps about this customer (subscriptions, transactions, archived notifications, events,

@@ -10,6 +10,7 @@ import PipelineConfiguration
 import StoreTestSupport
 import TestSigning
 import TestSupport
+import PostgresNIO
 import Testing
 import TestGates
 
@@ -113,6 +114,37 @@ struct ConsoleRouterTests: MintedSuite {
                 try await client.execute(uri: "/search?q=no-such-thing", method: .get, headers: cookie) { response in
                     #expect(response.status == .ok)
                     #expect(!String(buffer: response.body).contains("/subscriptions/"))
+                }
+            } }
+        }
+    }
+
+    @Test("a customer's page lists the offers signed for them, and which purchase redeemed each")
+    func customerOffers() async throws {
+        let customer = "9f6e1d2c-aaaa-4bbb-8ccc-ddddeeeeffff"
+        try await withMigratedStore("console-router", logger: Self.logger) { store, client in
+            try await client.query(PostgresQuery(unsafeSQL: """
+                INSERT INTO offer_signatures (nonce, environment, bundle_id, customer_id, product_id, kind, offer_identifier, transaction_id, issued_at, rule,
+                    redeemed_transaction_id, redeemed_at)
+                VALUES ('nonce-1', 'Production', '\(minter.bundleId)', '\(customer)', 'monthly', 'promotional-offer', 'loyal_3m', '2000', now() - interval '1 day',
+                        'every-condition-of-loyal_3m-holds', '2001', now()),
+                       ('nonce-2', 'Production', '\(minter.bundleId)', '\(customer)', 'monthly', 'introductory-offer-eligibility', NULL, '2000', now(),
+                        'subscribed-before-in-group', NULL, NULL)
+                """), logger: Self.logger)
+            #expect(try await store.console.addOperator(email: "ops@example.com", role: .viewer, passwordHash: "unused"))
+            let account = try #require(try await store.console.operatorAccount(email: "ops@example.com"))
+            let (token, _) = try await store.console.openSession(operatorId: account.id)
+            let cookie: HTTPFields = [.cookie: "console_session=" + token]
+            try await withApplication(store, database: try RequiredServices.postgresURL) { app in try await app.test(.router) { client in
+                try await client.execute(uri: ConsolePaths.customer(bundle: minter.bundleId, customerId: customer), method: .get, headers: cookie) { response in
+                    let body = String(buffer: response.body)
+                    #expect(response.status == .ok)
+                    #expect(body.contains("data-nonce=\"nonce-1\" data-redeemed=\"true\"") && body.contains("2001 ("), "\(body)")
+                    #expect(body.contains("data-nonce=\"nonce-2\" data-redeemed=\"false\"") && body.contains("not redeemed"))
+                    #expect(body.range(of: "nonce-2")!.lowerBound < body.range(of: "nonce-1")!.lowerBound, "newest first")
+                }
+                try await client.execute(uri: ConsolePaths.customer(bundle: minter.bundleId, customerId: UUID().uuidString), method: .get, headers: cookie) { response in
+                    #expect(String(buffer: response.body).contains("No offer signed for this customer."))
                 }
             } }
         }
