@@ -165,6 +165,8 @@ public struct BatchOutcome: Sendable, Hashable {
     public var stale = 0
     /// Entitlement events written to the outbox.
     public var events = 0
+    /// Purchases linked to the offer signature they redeemed (docs/offers.md).
+    public var offersRedeemed = 0
     /// Purchases posted through the customer API whose ownership was decided.
     public var purchases = 0
     /// Records about an erased customer from before the erasure: acknowledged, not stored (by cause kind:
@@ -328,7 +330,7 @@ public struct EntitlementStore: Sendable {
         try await queueConsentErasures(firstSeen, on: connection)
         try await recordExtensionSummaries(firstSeen, on: connection)
         var events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
-        events += try await linkOfferRedemptions(firstSeen, on: connection)
+        events += try await linkOfferRedemptions(firstSeen, outcome: &outcome, on: connection)
         if !events.isEmpty {
             var traceparents: [String: String] = [:]
             for record in firstSeen { if let traceparent = record.traceparent { traceparents[record.deduplicationKey] = traceparent } }
@@ -885,13 +887,14 @@ public struct EntitlementStore: Sendable {
     /// A transaction row moves forward only: a refund (newer signedDate) replaces the purchase, never the reverse.
     /// A purchase that redeemed a promotional or win-back offer is linked to the signature we issued for it
     /// (`offerRedemptionStatement`); each link is an `offer.redeemed` event when events are on.
-    func linkOfferRedemptions(_ firstSeen: [StoredNotification], on connection: PostgresConnection) async throws -> [EntitlementEvent] {
+    func linkOfferRedemptions(_ firstSeen: [StoredNotification], outcome: inout BatchOutcome, on connection: PostgresConnection) async throws -> [EntitlementEvent] {
         let transactions = Self.newestTransactions(firstSeen)
         let rows = transactions.compactMap(Self.redemptionRow)
         guard !rows.isEmpty else { return [] }
         let linked = try await connection.query(Self.offerRedemptionStatement(rows: JSONValue.array(rows).serialized), logger: logger)
         var events: [EntitlementEvent] = []
         for try await (nonce, customerId, offer, transactionId, issuedAt) in linked.decode((String, String, String, String, Date).self) {
+            outcome.offersRedeemed += 1
             guard emitsEvents, let (_, notification) = transactions.first(where: { $0.0.model.transactionId == transactionId }),
                 let record = firstSeen.first(where: { $0.verified.transactionInfo?.model.transactionId == transactionId })
             else { continue }

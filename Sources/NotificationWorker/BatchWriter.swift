@@ -250,6 +250,7 @@ struct BatchWriter<Store: BatchStore, Sink: DeadLetterSink>: Sendable {
         metrics.records("applied", outcome.applied)
         metrics.records("duplicate", outcome.duplicates)
         metrics.records("stale", outcome.stale)
+        metrics.offersRedeemed(outcome.offersRedeemed)
         metrics.consecutiveBatchFailures.set(0.0)
         logger.debug("batch stored", metadata: ["applied": "\(outcome.applied)", "duplicates": "\(outcome.duplicates)"])
     }

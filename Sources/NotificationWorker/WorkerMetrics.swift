@@ -48,6 +48,11 @@ package struct WorkerMetrics: Sendable {
         registry.makeCounter(descriptor: .init(metricName: name, unitName: "total", helpText: help), labels: labels).increment(by: Int64(count))
     }
 
+    /// Purchases linked to the offer signature they redeemed (docs/offers.md).
+    func offersRedeemed(_ count: Int) {
+        add(count, to: "worker_offers_redeemed", help: "Purchases linked to the offer signature they redeemed")
+    }
+
     /// Records by outcome: `applied`, `duplicate`, `stale` (older than the stored state), `dead_lettered`.
     func records(_ outcome: String, _ count: Int) {
         add(count, to: "worker_notifications", help: "Notifications processed, by outcome", labels: [("outcome", outcome)])
