@@ -25,6 +25,8 @@ public final class AppStoreServerAPIClient: Sendable {
         case lookup
         /// Send Consumption Information, Set App Account Token, renewal-date extensions.
         case consumption
+        /// The Retention Messaging API: images, messages, default messages, the real-time URL.
+        case retentionMessaging
     }
 
     public let configuration: AppStoreServerAPIConfiguration
@@ -108,7 +110,10 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    func call(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?) async throws -> JSONObject {
+    func call(
+        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, family: EndpointFamily, body: JSONObject?,
+        rawBody: (contentType: String, bytes: [UInt8])? = nil
+    ) async throws -> JSONObject {
         let policy = configuration.retryPolicy
         let started = ContinuousClock.now
         var attempt = 0
@@ -129,7 +134,7 @@ public final class AppStoreServerAPIClient: Sendable {
             }
             let error: AppStoreServerAPIError
             do {
-                return try await once(method, path, endpoint: endpoint, bundleId: bundleId, body: body)
+                return try await once(method, path, endpoint: endpoint, bundleId: bundleId, body: body, rawBody: rawBody)
             } catch let failure as AppStoreServerAPIError {
                 error = failure
             }
@@ -169,13 +174,15 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// One request as a client span named by its route template (`GET /inApps/v1/subscriptions/{transactionId}`):
     /// the host, the method, the template and the status; never the path's values or a query (docs/tracing.md).
-    func once(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?) async throws -> JSONObject {
+    func once(
+        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?, rawBody: (contentType: String, bytes: [UInt8])? = nil
+    ) async throws -> JSONObject {
         try await withSpan(endpoint, ofKind: .client) { span in
             span.attributes["http.request.method"] = method.rawValue
             span.attributes["server.address"] = URL(string: configuration.baseURL)?.host
             span.attributes["url.template"] = String(endpoint.split(separator: " ", maxSplits: 1).last ?? "")
             do {
-                return try await request(method, path, endpoint: endpoint, bundleId: bundleId, body: body)
+                return try await request(method, path, endpoint: endpoint, bundleId: bundleId, body: body, rawBody: rawBody)
             } catch let error as AppStoreServerAPIError {
                 if let status = error.httpStatus { span.attributes["http.response.status_code"] = status }
                 if let code = error.errorCode { span.attributes["appstore.error_code"] = Int(code) }
@@ -185,7 +192,9 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    func request(_ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?) async throws -> JSONObject {
+    func request(
+        _ method: HTTPMethod, _ path: String, endpoint: String, bundleId: String, body: JSONObject?, rawBody: (contentType: String, bytes: [UInt8])? = nil
+    ) async throws -> JSONObject {
         var request = HTTPClientRequest(url: configuration.baseURL + path)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer " + signer.token(bundleId: bundleId))
@@ -194,6 +203,9 @@ public final class AppStoreServerAPIClient: Sendable {
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(string: body.serialized))
+        } else if let rawBody {
+            request.headers.add(name: "Content-Type", value: rawBody.contentType)
+            request.body = .bytes(ByteBuffer(bytes: rawBody.bytes))
         }
         let status: Int
         let headers: HTTPHeaders

@@ -56,6 +56,8 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         public var lookupPerSecond: Double
         /// Send Consumption Information, Set App Account Token, renewal-date extensions.
         public var consumptionPerSecond: Double
+        /// The Retention Messaging API (Apple allows 1 request/s for most of its endpoints, per app).
+        public var retentionMessagingPerSecond: Double
         /// The longest a call waits for its turn under these limits; a call that would wait longer is refused at
         /// once (`AppStoreServerAPIError.Kind.throttled`, with the moment it could go as `retryAfter`) instead of
         /// joining a queue that grows without bound. The customer API sets a short one (it answers 503 with
@@ -70,11 +72,13 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
             transactionHistoryPerSecond = 50 * scale
             lookupPerSecond = 10 * scale
             consumptionPerSecond = 10 * scale
+            retentionMessagingPerSecond = 1
         }
 
         public func perSecond(_ family: AppStoreServerAPIClient.EndpointFamily) -> Double {
             switch family {
             case .lookup: lookupPerSecond
+            case .retentionMessaging: retentionMessagingPerSecond
             case .notificationHistory: notificationHistoryPerSecond
             case .testNotification: testNotificationPerSecond
             case .subscriptionStatus: subscriptionStatusPerSecond
@@ -86,6 +90,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         public mutating func set(_ family: AppStoreServerAPIClient.EndpointFamily, _ perSecond: Double) {
             switch family {
             case .lookup: lookupPerSecond = perSecond
+            case .retentionMessaging: retentionMessagingPerSecond = perSecond
             case .notificationHistory: notificationHistoryPerSecond = perSecond
             case .testNotification: testNotificationPerSecond = perSecond
             case .subscriptionStatus: subscriptionStatusPerSecond = perSecond
@@ -97,7 +102,7 @@ public struct AppStoreServerAPIConfiguration: Sendable, CustomStringConvertible 
         /// The names `APPSTORE_API_RATE` takes, by class.
         public static let classNames: [String: AppStoreServerAPIClient.EndpointFamily] = [
             "history": .notificationHistory, "test-notification": .testNotification, "statuses": .subscriptionStatus,
-            "transaction-history": .transactionHistory, "lookup": .lookup, "consumption": .consumption,
+            "transaction-history": .transactionHistory, "lookup": .lookup, "consumption": .consumption, "retention-messaging": .retentionMessaging,
         ]
 
         /// `APPSTORE_API_RATE`: one number for every class (`50`), or `class=rate` pairs (`statuses=50,lookup=10`)

@@ -137,6 +137,7 @@ public final class FakeAppStoreServerAPI: Sendable {
     let httpClient: HTTPClient
     let logger: Logger
     let server = Mutex<LoopbackServer?>(nil)
+    let retention = Mutex(RetentionMessaging())
 
     public init(configuration: Configuration, logger: Logger = Logger(label: "fake-appstore-api")) {
         state = Mutex(State(configuration: configuration))
@@ -155,6 +156,7 @@ public final class FakeAppStoreServerAPI: Sendable {
         let router = Router()
         router.add(middleware: RateLimit(fake: self))
         extraRoutes(router)
+        registerRetentionMessaging(on: router)
         router.post("/inApps/v1/notifications/history") { request, _ in try await self.history(request) }
         router.post("/inApps/v1/notifications/test") { request, _ in try await self.requestTest(request) }
         router.get("/inApps/v1/notifications/test/:token") { request, context in try await self.testStatus(request, token: context.parameters.get("token") ?? "") }

@@ -16,7 +16,7 @@ struct PipelineCtl: AsyncParsableCommand {
             DeadLetterCommand.self, BackfillCommand.self, TestNotificationCommand.self, ReconcileCommand.self, ImportCommand.self,
             ConsumptionCommand.self, EventsCommand.self, APIKeysCommand.self, WebhooksCommand.self, ArchiveCommand.self, MetricsCommand.self,
             ProductsCommand.self, ExchangeRatesCommand.self, OperatorsCommand.self, CustomersCommand.self, RetentionCommand.self,
-            RefundsCommand.self, ExtendCommand.self, AppTransactionCommand.self, SettingsCommand.self, AppStoreCommand.self, OffersCommand.self,
+            RefundsCommand.self, ExtendCommand.self, AppTransactionCommand.self, SettingsCommand.self, AppStoreCommand.self, OffersCommand.self, RetentionMessagesCommand.self,
         ]
     )
 }
