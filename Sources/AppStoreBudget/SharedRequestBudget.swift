@@ -76,7 +76,9 @@ public actor SharedRequestBudget: AppStoreRequestBudget {
             let betterWaiting = buckets[bucket]!.waiting.contains { $0.key < lane && $0.value > 0 }
             if !betterWaiting, let slot = buckets[bucket]!.slots.first {
                 let wait = slot - now
-                if wait > maximumWait - (now - started) { throw AppStoreBudgetRefusal(wait: wait) }
+                // A slot whose time has come is spent whatever the caller has waited so far (refusing it would only
+                // waste it); a later one only when it comes within the caller's wait.
+                if wait > .zero, wait > maximumWait - (now - started) { throw AppStoreBudgetRefusal(wait: wait) }
                 buckets[bucket]!.slots.removeFirst()
                 if wait > .zero { try await Task.sleep(until: slot, clock: clock) }
                 // A pause another process recorded since this slot was leased: the slot is void (and so are the

@@ -104,9 +104,11 @@ struct ReplicaReadTests: ProcessSuite {
         let tokenReads = try await ReadTargets.read(opsPort: scene.opsPort).minus(before)
         // The standby is 500 ms behind, more than POSTGRES_READ_WAIT (200 ms): mostly the primary answers at once. Every
         // read was routed by its token (none as a plain replica read); a replica read that failed (under a loaded CI,
-        // a read past its 500 ms or a recovery conflict) was answered by the primary, as designed, and counts as such.
+        // a read past its 500 ms or a recovery conflict) was answered by the primary, as designed, and counts as such;
+        // so does a read while the probe had the standby down or lagging (a probe past its 500 ms on a loaded machine).
         #expect(tokenReads.total >= 2_000 && tokenReads.reason("replica") == 0, "\(tokenReads)")
-        #expect(tokenReads.reason("token-behind") + tokenReads.reason("token-replayed") + tokenReads.reason("token-waited") + tokenReads.reason("replica-failed") >= 2_000, "\(tokenReads)")
+        let routed = ["token-behind", "token-replayed", "token-waited", "replica-failed", "replica-down", "replica-lagging"].map(tokenReads.reason).reduce(0, +)
+        #expect(routed >= 2_000, "\(tokenReads)")
 
         // The control: the same without the token (and no sticky window): the standby answers, 500 ms behind.
         let untokened = try await purchaseThenRead(scene, key: key, seeds: 3_000..<3_100, concurrency: 4, withToken: false)
