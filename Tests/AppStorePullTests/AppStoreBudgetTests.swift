@@ -67,45 +67,47 @@ struct AppStoreBudgetTests: ProcessSuite {
         let shared = Shared()
         let healingStarted = Date().timeIntervalSince1970
         var healingStopped = healingStarted
-        await withTaskGroup(of: Void.self) { group in
-            for participant in participants { group.addTask { await participant.postgres.run() } }
-            for (index, participant) in participants.prefix(8).enumerated() {
-                for lane in 0..<3 {
-                    group.addTask {
-                        var n = 0
-                        while !shared.stop.load(ordering: .relaxed) {
-                            n += 1
-                            _ = try? await participant.api.subscriptionStatuses(bundleId: FakeAppleFixture.bundleId, transactionId: String(8_000_000_000_000_000 + index * 100_000 + lane * 10_000 + n))
+        // The pools run in the outer group until every participant's calls are over (a lease whose pool stopped
+        // under it would wait for ever), then the clients shut down and the pools stop.
+        await withTaskGroup(of: Void.self) { pools in
+            for participant in participants { pools.addTask { await participant.postgres.run() } }
+            await withTaskGroup(of: Void.self) { group in
+                for (index, participant) in participants.prefix(8).enumerated() {
+                    for lane in 0..<3 {
+                        group.addTask {
+                            var n = 0
+                            while !shared.stop.load(ordering: .relaxed) {
+                                n += 1
+                                _ = try? await participant.api.subscriptionStatuses(bundleId: FakeAppleFixture.bundleId, transactionId: String(8_000_000_000_000_000 + index * 100_000 + lane * 10_000 + n))
+                            }
                         }
                     }
                 }
-            }
-            group.addTask {
-                var n = 0
-                while !shared.stop.load(ordering: .relaxed) {
-                    n += 1
-                    let asked = ContinuousClock.now
-                    do {
-                        _ = try await participants[8].api.transactionInfo(bundleId: FakeAppleFixture.bundleId, transactionId: String(7_000_000_000_000_000 + n))
-                        shared.answered.add(1, ordering: .relaxed)
-                    } catch let error as AppStoreServerAPIError where error.httpStatus == 404 {
-                        shared.answered.add(1, ordering: .relaxed)  // Apple's answer for an id it does not know
-                    } catch {}
-                    let waited = ContinuousClock.now - asked
-                    shared.waits.withLock { $0.append(Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18) }
-                    try? await Task.sleep(for: .milliseconds(100))
+                group.addTask {
+                    var n = 0
+                    while !shared.stop.load(ordering: .relaxed) {
+                        n += 1
+                        let asked = ContinuousClock.now
+                        do {
+                            _ = try await participants[8].api.transactionInfo(bundleId: FakeAppleFixture.bundleId, transactionId: String(7_000_000_000_000_000 + n))
+                            shared.answered.add(1, ordering: .relaxed)
+                        } catch let error as AppStoreServerAPIError where error.httpStatus == 404 {
+                            shared.answered.add(1, ordering: .relaxed)  // Apple's answer for an id it does not know
+                        } catch {}
+                        let waited = ContinuousClock.now - asked
+                        shared.waits.withLock { $0.append(Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18) }
+                        try? await Task.sleep(for: .milliseconds(100))
+                    }
                 }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(8))
+                    shared.stop.store(true, ordering: .relaxed)
+                }
+                await group.waitForAll()
             }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(8))
-                shared.stop.store(true, ordering: .relaxed)
-            }
-            await group.next()
-            await group.next()  // the timer
-            while shared.stop.load(ordering: .relaxed) == false { try? await Task.sleep(for: .milliseconds(50)) }
             healingStopped = Date().timeIntervalSince1970
             for participant in participants { await participant.api.shutdown() }
-            group.cancelAll()
+            pools.cancelAll()
         }
         // The surviving sweep alone again.
         try await Task.sleep(for: .seconds(3))
