@@ -50,12 +50,12 @@ public enum ServiceProcess {
         }
         logger.info("\(name) starting", metadata: built.metadata)
         var configuration = ServiceGroupConfiguration(
-            services: built.services.map { .init(service: $0) }, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        // A service that fails (a fatal consumer error, say) cancels the group; if cancelling the others takes longer
-        // than this, ServiceLifecycle ends the process with a fatal error instead of letting it hang. A fenced worker
-        // was once seen not to exit after its fatal error (a CI run under load; not reproduced since in 16 tries,
-        // cause not found): the orchestrator must get its non-zero exit either way.
-        configuration.maximumCancellationDuration = .seconds(25)
+            services: built.services.map { .init(service: ExitAfterFailure(service: $0, logger: logger)) },
+            gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        // A service that fails (a fatal consumer error, say) cancels the group. ExitAfterFailure ends the process
+        // with status 1 if the others have not stopped 15 s after the failure; this is the last resort behind it
+        // (ServiceLifecycle's fatal error, whose backtrace took more than 35 s on a loaded CI machine).
+        configuration.maximumCancellationDuration = .seconds(60)
         let group = ServiceGroup(configuration: configuration)
         do {
             try await group.run()
@@ -64,5 +64,37 @@ public enum ServiceProcess {
             exit(1)
         }
         exit(0)
+    }
+}
+
+/// Wraps each service of a process: when one fails (not when it is cancelled, stops, or fails while the process
+/// shuts down gracefully: that has its own budget), a thread of its own ends
+/// the process with status 1 if it is still running `exitAfter` later. A failed service cancels the group, and the
+/// others should stop at once; one that does not (a call that ignores cancellation) must not keep a process that
+/// can no longer work alive and saying ready: the orchestrator replaces it only once it exits. A fenced worker
+/// waited more than 25 s for its group on a loaded CI machine, and ServiceLifecycle's own limit ends in a fatal
+/// error whose backtrace took longer still.
+struct ExitAfterFailure: Service {
+    let service: any Service
+    let logger: Logger
+    var exitAfter: Duration = .seconds(15)
+
+    func run() async throws {
+        do {
+            try await service.run()
+        } catch {
+            if !(error is CancellationError) && !Task.isCancelled && !Task.isShuttingDownGracefully {
+                let logger = logger
+                let seconds = Double(exitAfter.components.seconds) + Double(exitAfter.components.attoseconds) / 1e18
+                let name = String(describing: type(of: service))
+                Thread.detachNewThread {
+                    Thread.sleep(forTimeInterval: seconds)
+                    logger.critical("\(name) failed and the other services did not stop within \(Int(seconds)) s; exiting with status 1")
+                    fflush(nil)  // every stream: the log line above is written before the process ends
+                    _exit(1)
+                }
+            }
+            throw error
+        }
     }
 }
