@@ -38,7 +38,7 @@ public enum DistributionLayout {
     /// Tables of the operators and of jobs, kept on the coordinator: never joined with a subscription's rows in a
     /// worker's transaction, read and written by one command or the console at a time.
     public static let local: Set<String> = [
-        "schema_migrations", "dead_lettered_records", "dead_letter_redrives", "backfill_runs", "pull_runs", "operators",
+        "schema_migrations", "dead_lettered_records", "dead_letter_claims", "dead_letter_redrives", "backfill_runs", "pull_runs", "operators",
         "operator_sessions", "console_audit", "erasure_requests", "renewal_extensions", "appstore_api_budget",
         "appstore_api_budget_queues",
     ]

@@ -49,23 +49,55 @@ extension EntitlementStore {
         }
     }
 
-    /// Which of `positions` were already dead-lettered (their batch committed before): a redelivered batch skips
-    /// publishing those again.
-    public func deadLetteredPositions(among positions: [RecordPosition]) async throws -> Set<RecordPosition> {
-        guard !positions.isEmpty else { return [] }
-        var found: Set<RecordPosition> = []
-        let rows = try await client.query(
-            """
-            SELECT d.original_topic, d.original_partition, d.original_offset FROM dead_lettered_records d
-            JOIN unnest(\(positions.map(\.topic))::text[], \(positions.map(\.partition))::integer[], \(positions.map(\.offset))::bigint[])
-                AS p(topic, partition, "offset")
-                ON d.original_topic = p.topic AND d.original_partition = p.partition AND d.original_offset = p."offset"
-            """,
-            logger: logger)
-        for try await (topic, partition, offset) in rows.decode((String, Int32, Int64).self) {
-            found.insert(RecordPosition(topic: topic, partition: partition, offset: offset))
+    /// Publishes dead letters once across every owner of their partitions. In one transaction: a lock per original
+    /// (topic, partition), held until it commits; the positions already dead-lettered, by a committed batch (no
+    /// place given) or by a claim (with where that letter landed); `publish` for the others, which returns where
+    /// each letter it got acknowledged landed; a claim for each of those. A partition's next owner after a
+    /// rebalance, reading a batch its first owner is still writing, waits on the lock and then finds the claim,
+    /// where before it found nothing until the first owner's batch committed and published a second letter. A
+    /// worker killed between the broker's acknowledgement and this commit still re-sends once (its claim rolled
+    /// back with it): `dlq list` and `redrive` dedupe by position.
+    public func withDeadLetterClaim<Published: Sendable>(
+        _ positions: [RecordPosition],
+        publish: (_ alreadySent: [RecordPosition: RecordPosition?]) async throws -> (Published, claims: [RecordPosition: RecordPosition])
+    ) async throws -> (alreadySent: [RecordPosition: RecordPosition?], published: Published) {
+        try await client.withTransaction(logger: logger) { connection in
+            let partitions = Set(positions.map { "\($0.topic)\u{1F}\($0.partition)" }).sorted()
+            for partition in partitions {
+                // Two-key advisory locks are a space of their own (the others here take one bigint key).
+                _ = try await connection.query("SELECT pg_advisory_xact_lock(25, hashtext(\(partition)))", logger: logger)
+            }
+            var alreadySent: [RecordPosition: RecordPosition?] = [:]
+            let rows = try await connection.query(
+                """
+                SELECT p.topic, p.partition, p."offset", c.dead_letter_topic, c.dead_letter_partition, c.dead_letter_offset
+                FROM unnest(\(positions.map(\.topic))::text[], \(positions.map(\.partition))::integer[], \(positions.map(\.offset))::bigint[])
+                    AS p(topic, partition, "offset")
+                LEFT JOIN dead_letter_claims c
+                    ON c.original_topic = p.topic AND c.original_partition = p.partition AND c.original_offset = p."offset"
+                WHERE c.original_offset IS NOT NULL OR EXISTS (
+                    SELECT 1 FROM dead_lettered_records d
+                    WHERE d.original_topic = p.topic AND d.original_partition = p.partition AND d.original_offset = p."offset")
+                """,
+                logger: logger)
+            for try await (topic, partition, offset, letterTopic, letterPartition, letterOffset) in rows.decode((String, Int32, Int64, String?, Int32?, Int64?).self) {
+                let letter = letterTopic.flatMap { topic in letterPartition.flatMap { partition in letterOffset.map { RecordPosition(topic: topic, partition: partition, offset: $0) } } }
+                alreadySent[RecordPosition(topic: topic, partition: partition, offset: offset)] = .some(letter)
+            }
+            let (published, claims) = try await publish(alreadySent)
+            if !claims.isEmpty {
+                let ordered = claims.sorted { $0.key < $1.key }
+                try await connection.query(
+                    """
+                    INSERT INTO dead_letter_claims (original_topic, original_partition, original_offset, dead_letter_topic, dead_letter_partition, dead_letter_offset)
+                    SELECT * FROM unnest(\(ordered.map(\.key.topic))::text[], \(ordered.map(\.key.partition))::integer[], \(ordered.map(\.key.offset))::bigint[],
+                        \(ordered.map(\.value.topic))::text[], \(ordered.map(\.value.partition))::integer[], \(ordered.map(\.value.offset))::bigint[])
+                    ON CONFLICT DO NOTHING
+                    """,
+                    logger: logger)
+            }
+            return (alreadySent, published)
         }
-        return found
     }
 
     /// The dead letters of `topic` already re-driven (so a re-run never re-drives one twice).

@@ -516,5 +516,6 @@ public enum Migrations {
         routingKeys,
         appStoreBudget,
         offers,
+        deadLetterClaims,
     ]
 }

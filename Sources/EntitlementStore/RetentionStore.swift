@@ -89,6 +89,7 @@ public struct RetentionStore: Sendable {
         let tables: [(table: String, column: String, filter: String, ordered: Bool, limit: Duration?)] = [
             ("dead_lettered_records", "dead_lettered_at", "", true, days(policy.deadLetterRecordDays)),
             ("dead_letter_redrives", "redriven_at", "", false, days(policy.deadLetterRecordDays)),
+            ("dead_letter_claims", "claimed_at", "", true, days(policy.deadLetterRecordDays)),
             ("customer_purchases", "requested_at", " AND status <> 'pending'", true, days(policy.purchaseClaimDays)),
             ("consumption_requests", "deadline", "", false, days(policy.consumptionRequestDays)),
             ("console_audit", "at", "", true, days(policy.consoleAuditDays)),

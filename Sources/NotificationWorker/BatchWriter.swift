@@ -13,8 +13,13 @@ protocol BatchStore: Sendable {
     var screensErasures: Bool { get }
     /// Which of `records` claim an erased customer (they are neither published nor recorded).
     func erasedClaims(_ records: [DeadLetteredRecord]) async throws -> Set<RecordPosition>
-    /// Which of `positions` a committed transaction already dead-lettered (a redelivered batch's).
-    func deadLetteredPositions(among positions: [RecordPosition]) async throws -> Set<RecordPosition>
+    /// Publishes dead letters once across every owner of their partitions (`EntitlementStore.withDeadLetterClaim`):
+    /// `publish` gets those already dead-lettered (with where their letter landed, when a claim says) and returns
+    /// where each letter it published landed.
+    func withDeadLetterClaim<Published: Sendable>(
+        _ positions: [RecordPosition],
+        publish: (_ alreadySent: [RecordPosition: RecordPosition?]) async throws -> (Published, claims: [RecordPosition: RecordPosition])
+    ) async throws -> (alreadySent: [RecordPosition: RecordPosition?], published: Published)
     /// The one batch transaction: notifications applied, dead-lettered positions recorded.
     func store(_ records: [StoredNotification], deadLettered: [DeadLetteredRecord]) async throws -> BatchOutcome
     /// `store` rolled back: whether PostgreSQL accepts `records` at all.
@@ -149,33 +154,47 @@ struct BatchWriter<Store: BatchStore, Sink: DeadLetterSink>: Sendable {
 
     // MARK: - Phase 3: publish the dead letters
 
-    /// Those of a redelivered batch whose transaction committed before are not published again (their positions
-    /// are in `dead_lettered_records`). The rest are sent together, awaited together; one the broker acknowledged
-    /// is never sent again, even if another fails. Their positions are recorded in the batch transaction. (A crash
-    /// between the acknowledgement and the commit re-sends once: `dlq list` and `redrive` dedupe by position.)
+    /// Those already dead-lettered (a redelivered batch whose transaction committed, or whose letter a partition's
+    /// other owner published: `withDeadLetterClaim`) are not published again. The rest are sent together, awaited
+    /// together; one the broker acknowledged is never sent again, even if another fails. Their positions are
+    /// recorded in the batch transaction. (A crash between the acknowledgement and the claim's commit re-sends once:
+    /// `dlq list` and `redrive` dedupe by position.)
     func publishDeadLetters(_ plan: inout Plan, untilDurable: UntilDurable) async -> Bool {
-        var checkedRecorded = plan.pendingDeadLetters.isEmpty
         var published: [DeadLetteredRecord] = []
         var pending = plan.pendingDeadLetters
         var deadLettered = plan.deadLettered
         guard await untilDurable("dead letters", {
-            if !checkedRecorded {
-                let positions = pending.map(\.record.position)
-                let recorded = try await withDeadline(storeTimeout, "reading dead-letter positions") { [store] in try await store.deadLetteredPositions(among: positions) }
-                pending.removeAll { recorded.contains($0.record.position) }
-                checkedRecorded = true
+            guard !pending.isEmpty else { return }
+            let letters = pending
+            let (alreadySent, delivered) = try await withDeadline(storeTimeout, "publishing dead letters once") { [store] in
+                try await store.withDeadLetterClaim(letters.map(\.record.position)) { alreadySent in
+                    let toSend = letters.enumerated().filter { alreadySent[$0.element.record.position] == nil }
+                    let reports = await send(toSend.map(\.element.letter))
+                    var delivered: [Int: KafkaDeliveryReport] = [:]
+                    var claims: [RecordPosition: RecordPosition] = [:]
+                    for (sent, report) in reports {
+                        let index = toSend[sent].offset
+                        delivered[index] = report
+                        claims[letters[index].record.position] = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
+                    }
+                    return (delivered, claims)
+                }
             }
-            let delivered = await send(pending.map(\.letter))
+            // A letter another owner published: its row (written by whichever batch commits first) says where it
+            // landed; its headers are that owner's (a re-drive without them carries the traceparent).
+            for case let (position, sent?) in alreadySent {
+                if let at = deadLettered.firstIndex(where: { $0.position == position }) { deadLettered[at].deadLetterPosition = sent }
+            }
             // Each published dead letter keeps where it landed and its headers, so the console re-drives it as
             // `pipelinectl dlq redrive` would (the same record, the same re-drive log).
             for (index, report) in delivered {
-                var record = pending[index].record
+                var record = letters[index].record
                 record.deadLetterPosition = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
-                record.deadLetterHeaders = pending[index].letter.headers.map { StoredHeader(key: $0.key, value: $0.value) }
+                record.deadLetterHeaders = letters[index].letter.headers.map { StoredHeader(key: $0.key, value: $0.value) }
                 published.append(record)
                 if let at = deadLettered.firstIndex(where: { $0.position == record.position }) { deadLettered[at] = record }
             }
-            pending = pending.enumerated().filter { delivered[$0.offset] == nil }.map(\.element)
+            pending = letters.enumerated().filter { delivered[$0.offset] == nil && alreadySent[$0.element.record.position] == nil }.map(\.element)
             if !pending.isEmpty { throw DeadLetterNotAcknowledged(count: pending.count) }
         }) else { return false }
         plan.pendingDeadLetters = []

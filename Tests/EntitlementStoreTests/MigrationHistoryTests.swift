@@ -27,6 +27,7 @@ struct MigrationHistoryTests {
         22: "42e19ebbf19435c7",
         23: "8975d3efd059c016",
         24: "34a622f7eab0cd20",
+        25: "6c7cde98cd6a77ef",
     ]
 
     @Test("every released migration's SQL is the text deployments ran; versions are 1…N without a gap")

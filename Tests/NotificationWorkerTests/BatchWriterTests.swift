@@ -22,6 +22,7 @@ struct BatchWriterTests: MintedSuite {
             var refused: Set<String> = []
             var erased: Set<RecordPosition> = []
             var recordedDeadLetters: Set<RecordPosition> = []
+            var claims: [RecordPosition: RecordPosition] = [:]
             var committed: [[String]] = []
             var probes = 0
             var storeCalls = 0
@@ -33,8 +34,21 @@ struct BatchWriterTests: MintedSuite {
             state.withLock { state in Set(records.map(\.position)).intersection(state.erased) }
         }
 
-        func deadLetteredPositions(among positions: [RecordPosition]) async throws -> Set<RecordPosition> {
-            state.withLock { state in Set(positions).intersection(state.recordedDeadLetters) }
+        /// Like the store's: what a committed batch recorded or a claim holds is already sent; claims are kept.
+        func withDeadLetterClaim<Published: Sendable>(
+            _ positions: [RecordPosition],
+            publish: (_ alreadySent: [RecordPosition: RecordPosition?]) async throws -> (Published, claims: [RecordPosition: RecordPosition])
+        ) async throws -> (alreadySent: [RecordPosition: RecordPosition?], published: Published) {
+            let alreadySent = state.withLock { state in
+                var sent: [RecordPosition: RecordPosition?] = [:]
+                for position in positions {
+                    if let claim = state.claims[position] { sent[position] = .some(claim) } else if state.recordedDeadLetters.contains(position) { sent[position] = .some(nil) }
+                }
+                return sent
+            }
+            let (published, claims) = try await publish(alreadySent)
+            state.withLock { $0.claims.merge(claims) { old, _ in old } }
+            return (alreadySent, published)
         }
 
         func store(_ records: [StoredNotification], deadLettered: [DeadLetteredRecord]) async throws -> BatchOutcome {
