@@ -51,7 +51,31 @@ eval "$services_env"
 echo "== swift test"
 # The full report goes to the terminal and to a file; on failure its failing lines are repeated last, so that
 # the tail of a CI log (which is all CI keeps) names the test and the expectation that failed.
-if ! swift test --skip-build 2>&1 | tee "$report"; then
+# A watchdog: a run that has not ended after PIPELINE_TEST_MINUTES (45; a cold run's tests take 7–15 minutes) is
+# stopped, and the tests that started and never ended are named (a CI run once printed nothing for 80 minutes and
+# was cut at CI's limit with no hint of where it stood). Prints from the tests are line-buffered (stdbuf), so the
+# report shows them where they happened.
+test_minutes=${PIPELINE_TEST_MINUTES:-45}
+if ! timeout --kill-after=30s "${test_minutes}m" stdbuf -oL -eL swift test --skip-build 2>&1 | tee "$report"; then
+    if [[ ${PIPESTATUS[0]} == 124 || ${PIPESTATUS[0]} == 137 ]]; then
+        echo
+        echo "== swift test did not end within ${test_minutes} minutes; tests that started and never ended:"
+        pkill -KILL -f 'PackageTests.xctest' || true
+        python3 - "$report" <<'PY'
+import re, sys
+started, ended = [], set()
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    match = re.search(r'Test "(.*)" started\.', line)
+    if match:
+        started.append(match.group(1))
+    match = re.search(r'Test "(.*)" (passed|failed|skipped)', line)
+    if match:
+        ended.add(match.group(1))
+for name in started:
+    if name not in ended:
+        print("  still running:", name)
+PY
+    fi
     echo
     echo "== failures (repeated from the report above)"
     grep -E "^(✘|􀢄)|recorded an issue|Expectation failed|Caught error|error:|Fatal error" "$report" | grep -v "librdkafka\|kafka client error" | tail -40
