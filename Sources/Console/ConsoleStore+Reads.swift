@@ -189,6 +189,8 @@ extension ConsoleStore {
                         'kind', 'event', 'eventId', o.event_id, 'type', o.event_type, 'sequence', o.sequence, 'subscription', o.original_transaction_id,
                         'time', \(unescaped: Self.iso("o.event_time")), 'published', o.published_at IS NOT NULL,
                         'before', (o.data::jsonb)->'before'->>'status', 'after', (o.data::jsonb)->'after'->>'status',
+                        'offerIdentifier', (o.data::jsonb)->'offer'->>'offerIdentifier', 'offerNonce', (o.data::jsonb)->'offer'->>'nonce',
+                        'offerTransaction', (o.data::jsonb)->'offer'->>'transactionId',
                         'webhooks', (SELECT json_agg(json_build_object('endpoint', w.endpoint_id, 'status', w.status, 'attempts', w.attempts,
                             'lastStatus', w.last_status, 'lastError', w.last_error) ORDER BY w.endpoint_id) FROM webhook_deliveries w WHERE w.event_id = o.event_id))
                     FROM entitlement_events_outbox o WHERE o.id = p.ref::bigint)
