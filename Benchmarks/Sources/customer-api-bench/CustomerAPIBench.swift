@@ -1,5 +1,6 @@
 import AppStoreNotifications
 import BenchSupport
+import Crypto
 import CustomerAPI
 import EntitlementStore
 import Foundation
@@ -16,6 +17,10 @@ import TestSupport
 /// one customer who owns 20 subscriptions (p50, p99, reads/s over 8 keep-alive connections). The reference in the
 /// same run is a bare `GET /health/live` on the ops port (the HTTP round trip alone).
 ///
+/// Then Apple's real-time Get Retention Message request (docs/offers.md), signed by the test PKI, one connection:
+/// answered with a message and a switch-plan product, and with a promotional offer (signed and written to the
+/// nonce ledger before the answer); Apple allows under a second, the issue asks p99 under 100 ms.
+///
 /// With `BENCH_READ_URL` (a streaming standby of the same server, `postgres://user@host:port`, as `scripts/services.sh
 /// replica up` prints it without the database), a second `customer-api` reads from it (`POSTGRES_READ_URL`), and the
 /// reads are measured against both, each with the primary's CPU (its server processes' user + system time over
@@ -31,11 +36,26 @@ struct CustomerAPIBench {
         defer { stack.stop() }
         let (minter, logger) = (stack.minter, stack.logger)
         let apiPort = TestServices.freePort(), opsPort = TestServices.freePort()
+        // The retention rules, and an In-App Purchase key minted for this run to sign the offers (Apple's API is
+        // never called: its base URL is a closed local port).
+        let offerProduct = NotificationMinter.SubscriptionEvent.sample(seed: 4, signedDate: 0, type: "SUBSCRIBED").productId
+        let rulesFile = stack.work + "/retention-rules.json", keyFile = stack.work + "/offers.p8"
+        try """
+            {"\(minter.bundleId)": [
+                {"status": ["billingRetry", "gracePeriod"], "message": "a1b2c3d4-0000-4000-8000-00000000000a"},
+                {"status": ["active"], "productId": "\(offerProduct)", "message": "a1b2c3d4-0000-4000-8000-00000000000b", "promotionalOffer": "stay_50"},
+                {"status": ["active"], "message": "a1b2c3d4-0000-4000-8000-00000000000c", "alternateProduct": "com.example.pipeline.pro.yearly"}
+            ]}
+            """.write(toFile: rulesFile, atomically: true, encoding: .utf8)
+        try P256.Signing.PrivateKey().pemRepresentation.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keyFile)
         // The worker migrates at start; the API's readiness waits for the schema.
         let api = try await stack.start("customer-api", [
             "CUSTOMER_API_HOST": "127.0.0.1", "CUSTOMER_API_PORT": String(apiPort), "CUSTOMER_API_OPS_PORT": String(opsPort),
             // The read benchmark is one key asking as fast as it can: the per-key limit (429 over 50/s) is off.
             "CUSTOMER_API_RATE_LIMIT": "0",
+            "RETENTION_RULES_FILE": rulesFile, "APPSTORE_KEY_ID": "BENCHKEY01", "APPSTORE_ISSUER_ID": "57246542-96fe-1a63-e053-0824d011072a",
+            "APPSTORE_PRIVATE_KEY_FILE": keyFile, "APPSTORE_API_BASE_URL": "http://127.0.0.1:9",
         ], opsPort: opsPort)
         let key = APIKeySecret.generate()
         let store = PostgresClient(configuration: try .init(url: stack.databaseURL), backgroundLogger: logger)
@@ -83,6 +103,29 @@ struct CustomerAPIBench {
             print("\(label.padding(toLength: 40, withPad: " ", startingAt: 0)) p50 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.5))) ms, p99 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.99))) ms, \(Int(perSecond)) reads/s")
         }
         print("the customer read owns \(owned) subscriptions (target p99 < 5 ms); customer-api RSS \(BenchFigures.format(ChildProcess.residentMegabytes(pid: api.processIdentifier) ?? 0)) MB")
+
+        // Apple's real-time retention request for one of the customer's subscriptions (3 000 000 000 000 000 000,
+        // of `offerProduct`), signed now by the test PKI: asked about another product (message and switch-plan
+        // product), and about its own (the promotional offer: signed, written to the ledger, then answered).
+        let retentionPath = "/v1/apps/\(minter.bundleId)/retention"
+        for (label, product) in [("retention: message + switch plan", "com.example.other"), ("retention: promotional offer, ledger", offerProduct)] {
+            var latencies: [Double] = []
+            var answers: [String: Int] = [:]
+            for _ in 0..<reads / 4 {
+                let payload = JSONObject([
+                    "originalTransactionId": .string("3000000000000000000"), "appAppleId": .number(JSONNumber(minter.appAppleId)), "productId": .string(product),
+                    "locale": .string("en-US"), "requestIdentifier": .string(UUID().uuidString.lowercased()), "environment": .string(minter.environment.rawValue),
+                    "signedDate": .number(JSONNumber(Int64(Date().timeIntervalSince1970 * 1000))),
+                ])
+                let body = Array(JSONValue.object(JSONObject(["signedPayload": .string(minter.chain.sign(payload))])).serialized.utf8)
+                let started = ContinuousClock.now
+                let response = try await connection.send(method: "POST", path: retentionPath, headers: ["Content-Type": "application/json"], body: body)
+                latencies.append(BenchFigures.milliseconds(ContinuousClock.now - started))
+                let keys = (try? StrictJSONParser().parseObject(response.body))?.keys.sorted().joined(separator: "+") ?? "?"
+                answers["\(response.status) \(keys.isEmpty ? "no message" : keys)", default: 0] += 1
+            }
+            print("\(label.padding(toLength: 40, withPad: " ", startingAt: 0)) p50 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.5))) ms, p99 \(BenchFigures.format(BenchFigures.percentile(latencies, 0.99))) ms, max \(BenchFigures.format(latencies.max() ?? 0)) ms (target p99 < 100 ms); answers \(answers.sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", "))")
+        }
 
         guard let readURL = ProcessInfo.processInfo.environment["BENCH_READ_URL"], !readURL.isEmpty else { return }
         // The standby must have replayed the purchases (and the key) before its reads are measured.
