@@ -104,7 +104,7 @@ struct CustomerAPIBench {
         }
         print("the customer read owns \(owned) subscriptions (target p99 < 5 ms); customer-api RSS \(BenchFigures.format(ChildProcess.residentMegabytes(pid: api.processIdentifier) ?? 0)) MB")
 
-        // Apple's real-time retention request for one of the customer's subscriptions (3 000 000 000 000 000 000,
+        // Apple's real-time retention request for one of the customer's subscriptions (3 000 000 000 000 000,
         // of `offerProduct`), signed now by the test PKI: asked about another product (message and switch-plan
         // product), and about its own (the promotional offer: signed, written to the ledger, then answered).
         let retentionPath = "/v1/apps/\(minter.bundleId)/retention"
@@ -113,7 +113,7 @@ struct CustomerAPIBench {
             var answers: [String: Int] = [:]
             for _ in 0..<reads / 4 {
                 let payload = JSONObject([
-                    "originalTransactionId": .string("3000000000000000000"), "appAppleId": .number(JSONNumber(minter.appAppleId)), "productId": .string(product),
+                    "originalTransactionId": .string("3000000000000000"), "appAppleId": .number(JSONNumber(minter.appAppleId)), "productId": .string(product),
                     "locale": .string("en-US"), "requestIdentifier": .string(UUID().uuidString.lowercased()), "environment": .string(minter.environment.rawValue),
                     "signedDate": .number(JSONNumber(Int64(Date().timeIntervalSince1970 * 1000))),
                 ])
