@@ -180,17 +180,29 @@ public struct RetentionStore: Sendable {
             return PostgresQuery(unsafeSQL: sql, binds: binds)
         }
         if dryRun { return try await count(bound("SELECT count(*) FROM \(table) WHERE \(condition)")) }
-        let delete = bound(
-            """
-            DELETE FROM \(table) WHERE ctid = ANY(ARRAY(SELECT ctid FROM \(table) WHERE \(condition)\(ordered ? " ORDER BY \(column)" : "") LIMIT $2))
-            RETURNING 1
-            """, batchSize)
+        // A row's ctid is its place in one heap: the partitions of a partitioned table each have their own, so the
+        // same ctid names a row in each. The delete goes leaf by leaf (a table that is not partitioned is its own
+        // one leaf: `pg_partition_tree` lists none for it), never through the parent, where it would take every partition's row at those places.
+        var leaves: [String] = []
+        for try await leaf in try await client.query(
+            "SELECT relid::regclass::text FROM pg_partition_tree(\(table)::regclass) WHERE isleaf ORDER BY level, relid", logger: logger
+        ).decode(String.self) {
+            leaves.append(leaf)
+        }
+        if leaves.isEmpty { leaves = [table] }  // not partitioned: pg_partition_tree has no row for it
         var total = 0
-        try await repeatUntilDone { [client, logger] in
-            var deleted = 0
-            for try await _ in try await client.query(delete, logger: logger).decode(Int.self) { deleted += 1 }
-            total += deleted
-            return deleted
+        for leaf in leaves {
+            let delete = bound(
+                """
+                DELETE FROM \(leaf) WHERE ctid = ANY(ARRAY(SELECT ctid FROM \(leaf) WHERE \(condition)\(ordered ? " ORDER BY \(column)" : "") LIMIT $2))
+                RETURNING 1
+                """, batchSize)
+            try await repeatUntilDone { [client, logger] in
+                var deleted = 0
+                for try await _ in try await client.query(delete, logger: logger).decode(Int.self) { deleted += 1 }
+                total += deleted
+                return deleted
+            }
         }
         return total
     }
