@@ -1,5 +1,4 @@
 @testable import Console
-import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
