@@ -120,20 +120,24 @@ public actor SharedRequestBudget: AppStoreRequestBudget {
     /// Whether Apple's pause holds for `bucket` now (one primary-key read just before each call: a 429 one process
     /// received stops the others' next calls, not only their next lease).
     private func pausedNow(_ bucket: AppStoreBudgetBucket) async throws -> Bool {
-        let rows = try await client.query(
-            """
-            SELECT 1 FROM appstore_api_budget
-            WHERE bundle_id = \(bucket.bundleId) AND environment = \(bucket.environment) AND endpoint_class = \(bucket.endpointClass)
-              AND paused_until > clock_timestamp()
-            """, logger: logger)
-        for try await _ in rows { return true }
-        return false
+        try await BudgetDeadline.within("reading the pause of \(bucket)") { [client, logger] in
+            let rows = try await client.query(
+                """
+                SELECT 1 FROM appstore_api_budget
+                WHERE bundle_id = \(bucket.bundleId) AND environment = \(bucket.environment) AND endpoint_class = \(bucket.endpointClass)
+                  AND paused_until > clock_timestamp()
+                """, logger: logger)
+            for try await _ in rows { return true }
+            return false
+        }
     }
 
     /// `lease`, then its slots added to the bucket's and the bucket free for the next lease, in one actor turn.
     private func leaseAndHandOver(_ bucket: AppStoreBudgetBucket, lane: AppStoreAPILane, count: Int, perSecond: Double, ensure: Bool) async throws -> LeaseOutcome {
         defer { buckets[bucket]!.leasing = nil }
-        let outcome = try await lease(bucket, lane: lane, count: count, perSecond: perSecond, ensure: ensure)
+        let outcome = try await BudgetDeadline.within("leasing slots of \(bucket)") {
+            try await self.lease(bucket, lane: lane, count: count, perSecond: perSecond, ensure: ensure)
+        }
         buckets[bucket]!.ensured = true
         if case .granted(let first, let count) = outcome {
             let base = clock.now + .seconds(first)
@@ -189,19 +193,24 @@ public actor SharedRequestBudget: AppStoreRequestBudget {
         let now = clock.now
         guard let state = buckets[bucket], state.lastReport.map({ now - $0 >= .seconds(1) }) ?? true else { return }
         buckets[bucket]!.lastReport = now
+        var lanes: [String] = [], waiting: [Int] = [], ages: [Double] = []
         for lane in AppStoreAPILane.allCases {
-            let waiting = state.waiting[lane] ?? 0
             let oldest = state.oldestWait[lane]?.values.min().map { now - $0 } ?? .zero
             let age = Double(oldest.components.seconds) + Double(oldest.components.attoseconds) / 1e18
             Gauge(label: "appstore_api_budget_queue_age_seconds", dimensions: [("class", bucket.endpointClass), ("lane", lane.rawValue)]).record(age)
-            try await client.query(
-                """
-                INSERT INTO appstore_api_budget_queues (bundle_id, environment, endpoint_class, lane, holder, waiting, oldest_wait_seconds, reported_at)
-                VALUES (\(bucket.bundleId), \(bucket.environment), \(bucket.endpointClass), \(lane.rawValue), \(holder), \(waiting), \(age), clock_timestamp())
-                ON CONFLICT (bundle_id, environment, endpoint_class, lane, holder) DO UPDATE
-                SET waiting = excluded.waiting, oldest_wait_seconds = excluded.oldest_wait_seconds, reported_at = excluded.reported_at
-                """, logger: logger)
+            lanes.append(lane.rawValue)
+            waiting.append(state.waiting[lane] ?? 0)
+            ages.append(age)
         }
+        // Every lane in one statement (one round trip inside the lease).
+        try await client.query(
+            """
+            INSERT INTO appstore_api_budget_queues (bundle_id, environment, endpoint_class, lane, holder, waiting, oldest_wait_seconds, reported_at)
+            SELECT \(bucket.bundleId), \(bucket.environment), \(bucket.endpointClass), l.lane, \(holder), l.waiting, l.age, clock_timestamp()
+            FROM unnest(\(lanes)::text[], \(waiting)::integer[], \(ages)::float8[]) AS l(lane, waiting, age)
+            ON CONFLICT (bundle_id, environment, endpoint_class, lane, holder) DO UPDATE
+            SET waiting = excluded.waiting, oldest_wait_seconds = excluded.oldest_wait_seconds, reported_at = excluded.reported_at
+            """, logger: logger)
     }
 
     public func pause(_ bucket: AppStoreBudgetBucket, until: Date, reason: String) async {
