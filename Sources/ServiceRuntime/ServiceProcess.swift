@@ -74,10 +74,13 @@ public enum ServiceProcess {
 /// can no longer work alive and saying ready: the orchestrator replaces it only once it exits. A fenced worker
 /// waited more than 25 s for its group on a loaded CI machine, and ServiceLifecycle's own limit ends in a fatal
 /// error whose backtrace took longer still.
-struct ExitAfterFailure: Service {
+struct ExitAfterFailure: Service, CustomStringConvertible {
     let service: any Service
     let logger: Logger
     var exitAfter: Duration = .seconds(15)
+
+    /// The wrapped service's, in ServiceLifecycle's logs.
+    var description: String { String(describing: service) }
 
     func run() async throws {
         do {

@@ -64,6 +64,7 @@ public struct ReadReplicaSettings: Sendable, Hashable {
             configuration.options.maximumConnections = poolSize
             // A replica that went away is found by the probe; a read never waits long for one of its connections.
             configuration.options.connectTimeout = .milliseconds(500)
+            PipelineSettings.turnOffJIT(&configuration)
             return configuration
         }
         return ReadRouter(primary: primary, replicas: replicas, settings: routing, logger: logger)

@@ -71,12 +71,15 @@ struct CustomerAPIBench {
         // Purchases: one customer buys `purchases` subscriptions (the first 20 are the read benchmark's).
         let customer = UUID().uuidString.lowercased()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
+        // Ids of this run's own (a second run on a seeded book must not buy the first run's subscriptions again:
+        // a purchase already applied is a duplicate, and its POST waits for an application that never comes).
+        let firstSubscription = 3_000_000_000_000_000 + Int64.random(in: 0..<1_000_000) * 1_000
         let connection = HTTPTestConnection(port: apiPort)
         var purchaseLatencies: [Double] = []
         var statuses: [Int: Int] = [:]
         for index in 0..<purchases {
             var event = NotificationMinter.SubscriptionEvent.sample(seed: (index + 1) * 4, signedDate: now - 60_000, type: "SUBSCRIBED")
-            event.originalTransactionId = String(3_000_000_000_000_000 + index)
+            event.originalTransactionId = String(firstSubscription + Int64(index))
             event.expiresDate = now + 30 * 86_400_000
             event.appAccountToken = index < 20 ? customer : UUID().uuidString.lowercased()
             let body = JSONObject([
@@ -104,7 +107,7 @@ struct CustomerAPIBench {
         }
         print("the customer read owns \(owned) subscriptions (target p99 < 5 ms); customer-api RSS \(BenchFigures.format(ChildProcess.residentMegabytes(pid: api.processIdentifier) ?? 0)) MB")
 
-        // Apple's real-time retention request for one of the customer's subscriptions (3 000 000 000 000 000,
+        // Apple's real-time retention request for one of the customer's subscriptions (the run's first,
         // of `offerProduct`), signed now by the test PKI: asked about another product (message and switch-plan
         // product), and about its own (the promotional offer: signed, written to the ledger, then answered).
         let retentionPath = "/v1/apps/\(minter.bundleId)/retention"
@@ -113,7 +116,7 @@ struct CustomerAPIBench {
             var answers: [String: Int] = [:]
             for _ in 0..<reads / 4 {
                 let payload = JSONObject([
-                    "originalTransactionId": .string("3000000000000000"), "appAppleId": .number(JSONNumber(minter.appAppleId)), "productId": .string(product),
+                    "originalTransactionId": .string(String(firstSubscription)), "appAppleId": .number(JSONNumber(minter.appAppleId)), "productId": .string(product),
                     "locale": .string("en-US"), "requestIdentifier": .string(UUID().uuidString.lowercased()), "environment": .string(minter.environment.rawValue),
                     "signedDate": .number(JSONNumber(Int64(Date().timeIntervalSince1970 * 1000))),
                 ])
