@@ -109,7 +109,7 @@ let package = Package(
         // The App Store Server API budget every process shares, in PostgreSQL: lanes, grants, Apple's pauses
         .target(
             name: "AppStoreBudget",
-            dependencies: ["AppStoreServerAPI", logging, metrics, postgresNIO]
+            dependencies: ["AppStoreServerAPI", "EntitlementStore", logging, metrics, postgresNIO]
         ),
         // MARK: - Entitlement events: the outbox relay and the CloudEvents record shape
         .target(

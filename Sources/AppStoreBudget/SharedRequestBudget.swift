@@ -1,4 +1,5 @@
 import AppStoreServerAPI
+import EntitlementStore
 import Foundation
 import Logging
 import Metrics
@@ -16,6 +17,11 @@ import PostgresNIO
 /// Apple's 429 or 503 with `Retry-After` moves the schedule and sets a pause on the row: every process reads it just
 /// before each call, so only calls already on their way when Apple answered can meet the pause. docs/appstore-budget.md.
 public actor SharedRequestBudget: AppStoreRequestBudget {
+    /// The budget's own reads and writes of PostgreSQL end within this (`withDeadline`): a lease whose pool has
+    /// stopped, or a primary that does not answer, fails the call that waits for it instead of holding it, and every
+    /// call behind it, for ever (a test once hung on a lease whose pool it had stopped).
+    static let databaseDeadline: Duration = .seconds(10)
+
     /// How long one grant lasts at the bucket's rate (at least one slot).
     public static let grantSeconds = 0.04
 
@@ -120,7 +126,7 @@ public actor SharedRequestBudget: AppStoreRequestBudget {
     /// Whether Apple's pause holds for `bucket` now (one primary-key read just before each call: a 429 one process
     /// received stops the others' next calls, not only their next lease).
     private func pausedNow(_ bucket: AppStoreBudgetBucket) async throws -> Bool {
-        try await BudgetDeadline.within("reading the pause of \(bucket)") { [client, logger] in
+        try await withDeadline(Self.databaseDeadline, "reading the pause of \(bucket)") { [client, logger] in
             let rows = try await client.query(
                 """
                 SELECT 1 FROM appstore_api_budget
@@ -135,7 +141,7 @@ public actor SharedRequestBudget: AppStoreRequestBudget {
     /// `lease`, then its slots added to the bucket's and the bucket free for the next lease, in one actor turn.
     private func leaseAndHandOver(_ bucket: AppStoreBudgetBucket, lane: AppStoreAPILane, count: Int, perSecond: Double, ensure: Bool) async throws -> LeaseOutcome {
         defer { buckets[bucket]!.leasing = nil }
-        let outcome = try await BudgetDeadline.within("leasing slots of \(bucket)") {
+        let outcome = try await withDeadline(Self.databaseDeadline, "leasing slots of \(bucket)") {
             try await self.lease(bucket, lane: lane, count: count, perSecond: perSecond, ensure: ensure)
         }
         buckets[bucket]!.ensured = true
