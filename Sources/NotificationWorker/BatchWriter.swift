@@ -166,18 +166,15 @@ struct BatchWriter<Store: BatchStore, Sink: DeadLetterSink>: Sendable {
         guard await untilDurable("dead letters", {
             guard !pending.isEmpty else { return }
             let letters = pending
-            let (alreadySent, delivered) = try await withDeadline(storeTimeout, "publishing dead letters once") { [store] in
+            // Where each acknowledged letter landed, by its index in `letters`.
+            let (alreadySent, landed) = try await withDeadline(storeTimeout, "publishing dead letters once") { [store] in
                 try await store.withDeadLetterClaim(letters.map(\.record.position)) { alreadySent in
                     let toSend = letters.enumerated().filter { alreadySent[$0.element.record.position] == nil }
-                    let reports = await send(toSend.map(\.element.letter))
-                    var delivered: [Int: KafkaDeliveryReport] = [:]
-                    var claims: [RecordPosition: RecordPosition] = [:]
-                    for (sent, report) in reports {
-                        let index = toSend[sent].offset
-                        delivered[index] = report
-                        claims[letters[index].record.position] = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
+                    var landed: [Int: RecordPosition] = [:]
+                    for (sent, report) in await send(toSend.map(\.element.letter)) {
+                        landed[toSend[sent].offset] = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
                     }
-                    return (delivered, claims)
+                    return (landed, claims: Dictionary(landed.map { (letters[$0.key].record.position, $0.value) }, uniquingKeysWith: { first, _ in first }))
                 }
             }
             // A letter another owner published: its row (written by whichever batch commits first) says where it
@@ -187,14 +184,14 @@ struct BatchWriter<Store: BatchStore, Sink: DeadLetterSink>: Sendable {
             }
             // Each published dead letter keeps where it landed and its headers, so the console re-drives it as
             // `pipelinectl dlq redrive` would (the same record, the same re-drive log).
-            for (index, report) in delivered {
+            for (index, place) in landed {
                 var record = letters[index].record
-                record.deadLetterPosition = RecordPosition(topic: report.topic, partition: report.partition, offset: report.offset)
+                record.deadLetterPosition = place
                 record.deadLetterHeaders = letters[index].letter.headers.map { StoredHeader(key: $0.key, value: $0.value) }
                 published.append(record)
                 if let at = deadLettered.firstIndex(where: { $0.position == record.position }) { deadLettered[at] = record }
             }
-            pending = letters.enumerated().filter { delivered[$0.offset] == nil && alreadySent[$0.element.record.position] == nil }.map(\.element)
+            pending = letters.enumerated().filter { landed[$0.offset] == nil && alreadySent[$0.element.record.position] == nil }.map(\.element)
             if !pending.isEmpty { throw DeadLetterNotAcknowledged(count: pending.count) }
         }) else { return false }
         plan.pendingDeadLetters = []
