@@ -10,21 +10,10 @@ package func runPipelinectl(_ arguments: [String], postgresURL: String, input: S
 }
 
 private func runPipelinectlBlocking(_ arguments: [String], postgresURL: String, input: String?, includeErrors: Bool) throws -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = repositoryRoot.appendingPathComponent(".build/debug/pipelinectl")
-    process.arguments = arguments
     var environment = ProcessInfo.processInfo.environment
     environment["POSTGRES_URL"] = postgresURL
-    process.environment = environment
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = includeErrors ? output : FileHandle.nullDevice
-    let stdin = Pipe()
-    process.standardInput = stdin
-    try process.run()
-    if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
-    try stdin.fileHandleForWriting.close()
-    let data = output.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let result = try ProcessToEnd.run(
+        repositoryRoot.appendingPathComponent(".build/debug/pipelinectl"), arguments, environment: environment, input: input,
+        errors: includeErrors ? .merged : .discarded)
+    return (result.status, result.output)
 }

@@ -15,8 +15,6 @@ import Testing
 struct AppleLibraryCrossCheckTests {
     @Test("promotional V2, intro eligibility and V1: Apple's library and ours agree field by field, and each verifies the other")
     func sameAsApplesLibrary() async throws {
-        let python = repositoryRoot.appendingPathComponent(".venv/bin/python3").path
-        try #require(FileManager.default.isExecutableFile(atPath: python), "run scripts/install.sh: the venv holds Apple's library")
         let key = P256.Signing.PrivateKey()  // minted here, written for the run only
         let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("offer-key-\(UUID().uuidString).p8")
         try key.pemRepresentation.write(to: keyFile, atomically: true, encoding: .utf8)
@@ -37,7 +35,8 @@ struct AppleLibraryCrossCheckTests {
             "ourV1": .string(ourV1), "ourPromotionalV2": .string(ourV2), "ourIntroEligibility": .string(ourIntro),
         ])
         let script = repositoryRoot.appendingPathComponent("scripts/apple-offer-signatures.py").path
-        let (status, output, errors) = try await DedicatedThread.run { try Self.run(python, [script], input: JSONValue.object(request).serialized) }
+        let input = JSONValue.object(request).serialized
+        let (status, output, errors) = try await DedicatedThread.run { try VenvPython.run([script], input: input, purpose: "the venv holds Apple's library") }
         try #require(status == 0, "Apple's library failed: \(errors)")
         let apple = try StrictJSONParser().parseObject(Array(output.utf8))
 
@@ -60,9 +59,9 @@ struct AppleLibraryCrossCheckTests {
         ]
         for item in cases {
             guard case .string(let appleJWS)? = apple[item.apple] else { Issue.record("no \(item.apple) from Apple's library"); continue }
-            let theirs = try Self.decode(appleJWS, key: key)
-            let ours = try Self.decode(item.ours, key: key)
-            #expect(theirs.verifies && ours.verifies, "\(item.apple): both verify with the public key")
+            // Each verified with the public key as it is decoded.
+            let theirs = try OfferSignatureTests.parts(appleJWS, key: key)
+            let ours = try OfferSignatureTests.parts(item.ours, key: key)
             #expect(ours.headerText == theirs.headerText, "\(item.apple): header \(ours.headerText) vs Apple's \(theirs.headerText)")
             #expect(ours.claims.keys == theirs.claims.keys, "\(item.apple): claims \(ours.claims.keys) vs Apple's \(theirs.claims.keys)")
             #expect(theirs.claims["aud"] == .string(item.audience) && ours.claims["aud"] == .string(item.audience))
@@ -79,32 +78,5 @@ struct AppleLibraryCrossCheckTests {
                 #expect(nonce == nonce.lowercased() && UUID(uuidString: nonce) != nil, "\(item.apple): the nonce is a lowercase UUID (\(nonce))")
             }
         }
-    }
-
-    static func decode(_ jws: String, key: P256.Signing.PrivateKey) throws -> (headerText: String, claims: JSONObject, verifies: Bool) {
-        let pieces = jws.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        try #require(pieces.count == 3)
-        let header = try #require(Base64.decode(pieces[0], alphabet: .url))
-        let claims = try #require(Base64.decode(pieces[1], alphabet: .url))
-        let signature = try #require(Base64.decode(pieces[2], alphabet: .url))
-        let verifies = key.publicKey.isValidSignature(try P256.Signing.ECDSASignature(rawRepresentation: signature), for: Array((pieces[0] + "." + pieces[1]).utf8))
-        return (String(decoding: header, as: UTF8.self), try StrictJSONParser().parseObject(claims), verifies)
-    }
-
-    static func run(_ executable: String, _ arguments: [String], input: String) throws -> (Int32, String, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        stdin.fileHandleForWriting.write(Data(input.utf8))
-        try stdin.fileHandleForWriting.close()
-        let output = stdout.fileHandleForReading.readDataToEndOfFile()
-        let errors = stderr.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self))
     }
 }

@@ -14,8 +14,8 @@ struct OfferSignatureTests {
         keyId: "ABCDEFGHIJ", issuerId: "57246542-96fe-1a63-e053-0824d011072a", bundleId: "com.example.pipeline.app", signingKey: key,
         now: { Date(timeIntervalSince1970: 1_790_000_000.75) }, nonce: { UUID(uuidString: "E5A1C8B2-3C4D-4E5F-8A9B-0C1D2E3F4A5B")! })
 
-    /// The three parts of a compact JWS, decoded; the signature checked with the public key.
-    static func parts(_ jws: String) throws -> (header: JSONObject, claims: JSONObject, headerText: String) {
+    /// The three parts of a compact JWS, decoded; the signature checked with `key`'s public half.
+    static func parts(_ jws: String, key: P256.Signing.PrivateKey = key) throws -> (header: JSONObject, claims: JSONObject, headerText: String) {
         let pieces = jws.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         try #require(pieces.count == 3)
         let headerBytes = try #require(Base64.decode(pieces[0], alphabet: .url))
