@@ -20,7 +20,7 @@ public struct CustomerAPIServices: Sendable {
     public let services: [any Service]
 }
 
-/// Builds the customer API: the PostgreSQL pool (and the reads' replicas, `POSTGRES_READ_URL`), a producer to the notifications topic (purchases are records of
+/// Builds the customer API: the PostgreSQL pool, the reads' own pool (and their replicas, `POSTGRES_READ_URL`), a producer to the notifications topic (purchases are records of
 /// kind `purchase`, keyed like every record by originalTransactionId), the API server generated from
 /// docs/customer-api.yaml behind ingest's connection guard, and the ops server (`/health/live`, `/health/ready`:
 /// PostgreSQL with the schema current and a broker reachable, `/metrics`).
@@ -35,7 +35,11 @@ public func buildCustomerAPIServices(
     let verifier = try SignedPayloadVerifier(configuration: try shared.verifierConfiguration())
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
     let store = CustomerStore(client: postgres, logger: logger)
-    let reads = try configuration.reads.router(primary: postgres, poolSize: shared.postgresPoolSize, logger: logger)
+    // The reads' own pool: an app launch's read never waits for a connection behind purchases and their polling.
+    var readPoolConfiguration = try shared.postgresConfiguration()
+    readPoolConfiguration.options.maximumConnections = configuration.readPoolSize
+    let readPool = PostgresClient(configuration: readPoolConfiguration, backgroundLogger: logger)
+    let reads = try configuration.reads.router(primary: readPool, poolSize: configuration.readPoolSize, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
     producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.wholeMilliseconds))
     producerConfiguration.lingerMilliseconds = 1
@@ -86,7 +90,7 @@ public func buildCustomerAPIServices(
     let clients = AppStoreClients(clients: Array(appStore.values))
     let retrier = AppleTokenRetrier(
         handler: handler, enabled: !appStore.isEmpty, interval: configuration.appleTokenRetry, logger: logger)
-    return CustomerAPIServices(services: [postgres, reads, clients, producer, retrier, api, ops])
+    return CustomerAPIServices(services: [postgres, readPool, reads, clients, producer, retrier, api, ops])
 }
 
 /// Set App Account Token for new owners whose first call failed (or never ran), every `CUSTOMER_API_APPLE_TOKEN_RETRY`, in the

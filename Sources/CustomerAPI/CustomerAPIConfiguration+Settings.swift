@@ -24,6 +24,9 @@ extension CustomerAPIConfiguration {
             "CUSTOMER_API_AUTH_ATTEMPTS", default: 10, range: 0...1_000_000,
             "requests a second per client address whose key is not known good (unknown, revoked, malformed, or not yet seen), taken before the key is looked up; 0: no limit")
         static let authBurst = Setting.int("CUSTOMER_API_AUTH_BURST", default: 50, range: 1...1_000_000, "and their burst")
+        static let readPoolSize = Setting.int(
+            "CUSTOMER_API_READ_POOL_SIZE", default: 4, range: 1...100,
+            "connections of the reads' own pool on the primary (customer reads, lookups), apart from `POSTGRES_POOL_SIZE`'s (purchases, keys); each replica's pool too")
         static let orderCache = Setting.duration(
             "CUSTOMER_API_ORDER_CACHE", default: .seconds(60), range: .zero ... .seconds(3_600), deprecatedMilliseconds: "CUSTOMER_API_ORDER_CACHE_MS",
             "Apple's answer to Look Up Order ID is reused this long for the same order")
@@ -56,7 +59,7 @@ extension CustomerAPIConfiguration {
         static let catalog = SettingsCatalog(component: "customer-api", settings: [
             host.description, port.description, opsPort.description, applyTimeout.description, maximumBodyBytes.description,
             requestTimeout.description, idleTimeout.description, keyCache.description, rateLimit.description, rateBurst.description,
-            authAttempts.description, authBurst.description, orderCache.description, appleTokenRetry.description,
+            authAttempts.description, authBurst.description, readPoolSize.description, orderCache.description, appleTokenRetry.description,
             ownershipPolicy.description, ownershipPolicyByApp, offerRules, retentionRules,
         ])
     }

@@ -42,6 +42,10 @@ public struct CustomerAPIConfiguration: Sendable {
     /// database (default 10, bursts of 50; 0: no limit). A known key's requests are limited per key instead.
     public var authAttemptsPerSecond: Double = 10
     public var authAttemptsBurst = 50
+    /// `CUSTOMER_API_READ_POOL_SIZE`: the connections of the reads' own pool (the customer read, lookups), apart from
+    /// the `POSTGRES_POOL_SIZE` pool that purchases, keys and the purchase path's polling use: an app launch's read
+    /// never queues behind a burst of purchases. Each replica of `POSTGRES_READ_URL` gets a pool of this size too.
+    public var readPoolSize = 4
     /// The settings this service shares with the worker: `APPS`, `TRUSTED_ROOTS`, `POSTGRES_URL`,
     /// `POSTGRES_POOL_SIZE`, `NOTIFICATIONS_TOPIC`, `KAFKA_*`, `APPSTORE_*`.
     public var shared: PipelineSettings
@@ -77,6 +81,7 @@ public struct CustomerAPIConfiguration: Sendable {
         configuration.rateBurst = try Settings.rateBurst.read(environment)
         configuration.authAttemptsPerSecond = try Settings.authAttempts.read(environment)
         configuration.authAttemptsBurst = try Settings.authBurst.read(environment)
+        configuration.readPoolSize = try Settings.readPoolSize.read(environment)
         configuration.orderCache = try Settings.orderCache.read(environment)
         configuration.appleTokenRetry = try Settings.appleTokenRetry.read(environment)
         configuration.ownershipPolicy = try Settings.ownershipPolicy.read(environment)

@@ -23,7 +23,7 @@ extension CustomerAPIHandler {
         if let wanted = request.offerIdentifier, !rules.contains(where: { $0.offer == wanted }) {
             throw CustomerAPIError(400, "unknown_offer", "no rule of OFFER_RULES_FILE offers \(wanted) for this product of this app")
         }
-        let subscriptions = try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment)
+        let subscriptions = try await store.customer(bundleId: bundleId, customerId: customerId, environment: environment).subscriptions
         var group = request.subscriptionGroupIdentifier
         if group == nil { group = try await store.subscriptionGroup(bundleId: bundleId, productId: productId, subscriptions: subscriptions) }
         guard let group else {

@@ -273,12 +273,10 @@ struct CustomerAPIHandler: APIProtocol {
     }
 
     func readCustomer(bundleId: String, customerId: String, environment: String?, route: ReadRoute) async throws -> Components.Schemas.Customer {
-        let (subscriptionRows, purchaseRows) = try await read(route, "a customer") { store in
-            (
-                try await store.customerSubscriptions(bundleId: bundleId, customerId: customerId, environment: environment),
-                try await store.customerOneTimePurchases(bundleId: bundleId, customerId: customerId, environment: environment)
-            )
+        let rows = try await read(route, "a customer") { store in
+            try await store.customer(bundleId: bundleId, customerId: customerId, environment: environment)
         }
+        let (subscriptionRows, purchaseRows) = (rows.subscriptions, rows.oneTimePurchases)
         // A customer's view names only that customer: where Apple's appAccountToken is still a previous owner's
         // (a purchase transferred here, Apple not told yet), it is left out.
         let subscriptions = subscriptionRows.map { row in

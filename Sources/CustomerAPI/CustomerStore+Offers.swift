@@ -20,7 +20,7 @@ extension CustomerStore {
     }
 
     /// Everything the decisions read about `customerId` in `group`: their subscriptions of the group (family-shared
-    /// ones included, as `customerSubscriptions` resolves them), every transaction of those, the billing failures
+    /// ones included, as the customer read resolves them), every transaction of those, the billing failures
     /// seen (DID_FAIL_TO_RENEW, and a billing issue still open), and the signatures issued to them.
     public func offerHistory(
         bundleId: String, customerId: String, group: String, subscriptions all: [CustomerSubscriptionRow], environment: String

@@ -60,15 +60,20 @@ extension CustomerStore {
         """
     }
 
-    /// Every subscription of `customerId` in `bundleId` (and the family-shared ones linked to them), newest first.
-    /// Candidates come from indexes only (`customer_ownership` by customer, `entitlements` by lower-case token),
-    /// then the owner rule is applied to them: no scan of the table, whatever its size (0.9 ms against 12.9 ms for
-    /// the coalesce over every row, measured on 7 320 rows; docs/customer-api.md). A prepared statement
-    /// (`CustomerSubscriptionsStatement`): planned once per connection.
-    public func customerSubscriptions(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerSubscriptionRow] {
-        var result: [CustomerSubscriptionRow] = []
-        let statement = CustomerSubscriptionsStatement(bundleId: bundleId, customerId: customerId, environment: environment)
-        for try await row in try await client.execute(statement, logger: logger) { result.append(row) }
+    /// Every subscription of `customerId` in `bundleId` (and the family-shared ones linked to them), newest first,
+    /// and their one-time purchases (consumables, non-consumables, non-renewing subscriptions), newest first: one
+    /// prepared statement, one round trip (`CustomerReadStatement`). Candidates come from indexes only
+    /// (`customer_ownership` by customer, `entitlements` and `transactions` by lower-case token), then the owner
+    /// rule is applied to them: no scan of a table, whatever its size (docs/customer-api.md).
+    public func customer(bundleId: String, customerId: String, environment: String?) async throws -> CustomerReadRows {
+        var result = CustomerReadRows()
+        let statement = CustomerReadStatement(bundleId: bundleId, customerId: customerId, environment: environment)
+        for try await row in try await client.execute(statement, logger: logger) {
+            switch row {
+            case .subscription(let subscription): result.subscriptions.append(subscription)
+            case .oneTimePurchase(let purchase): result.oneTimePurchases.append(purchase)
+            }
+        }
         return result
     }
 
@@ -90,8 +95,11 @@ extension CustomerStore {
         return result
     }
 
-    static func subscriptionRow(_ row: PostgresRow) throws -> CustomerSubscriptionRow {
-            let c = row.makeRandomAccess()
+    static func subscriptionRow(_ row: PostgresRow) throws -> CustomerSubscriptionRow { try subscriptionRow(row.makeRandomAccess(), from: 0) }
+
+    /// The subscription whose columns (`subscriptionColumns`) start at cell `first`.
+    static func subscriptionRow(_ cells: PostgresRandomAccessRow, from first: Int) throws -> CustomerSubscriptionRow {
+            let c = OffsetCells(cells: cells, first: first)
             return CustomerSubscriptionRow(
                 originalTransactionId: try c[0].decode(String.self), environment: try c[1].decode(String.self), productId: try c[2].decode(String?.self),
                 subscriptionGroupId: try c[3].decode(String?.self), status: try c[4].decode(String.self), isActive: try c[5].decode(Bool.self),
@@ -107,15 +115,6 @@ extension CustomerStore {
         t.revocation_reason, t.ownership_type, t.app_account_token, coalesce(o.customer_id, lower(t.app_account_token), lower(e.app_account_token)),
         t.signed_date, (t.revocation_date IS NULL AND (t.expires_date IS NULL OR t.expires_date > now()))
         """
-    }
-
-    /// The one-time purchases (consumables, non-consumables, non-renewing subscriptions) of `customerId`. A prepared
-    /// statement (`CustomerOneTimePurchasesStatement`).
-    public func customerOneTimePurchases(bundleId: String, customerId: String, environment: String?) async throws -> [CustomerTransactionRow] {
-        var result: [CustomerTransactionRow] = []
-        let statement = CustomerOneTimePurchasesStatement(bundleId: bundleId, customerId: customerId, environment: environment)
-        for try await row in try await client.execute(statement, logger: logger) { result.append(row) }
-        return result
     }
 
     /// The transactions of `bundleId` with these ids (any environment unless one is given).
@@ -151,8 +150,11 @@ extension CustomerStore {
         return result
     }
 
-    static func transactionRow(_ row: PostgresRow) throws -> CustomerTransactionRow {
-            let c = row.makeRandomAccess()
+    static func transactionRow(_ row: PostgresRow) throws -> CustomerTransactionRow { try transactionRow(row.makeRandomAccess(), from: 0) }
+
+    /// The transaction whose columns (`transactionColumns`) start at cell `first`.
+    static func transactionRow(_ cells: PostgresRandomAccessRow, from first: Int) throws -> CustomerTransactionRow {
+            let c = OffsetCells(cells: cells, first: first)
             return CustomerTransactionRow(
                 transactionId: try c[0].decode(String.self), originalTransactionId: try c[1].decode(String.self), environment: try c[2].decode(String.self),
                 productId: try c[3].decode(String?.self), type: try c[4].decode(String?.self), purchaseDate: try c[5].decode(Date?.self),
@@ -160,4 +162,11 @@ extension CustomerStore {
                 ownershipType: try c[9].decode(String?.self), appAccountToken: try c[10].decode(String?.self), customerId: try c[11].decode(String?.self),
                 signedDate: try c[12].decode(Date.self), isActive: try c[13].decode(Bool.self))
     }
+}
+
+/// A row's cells counted from `first`: one decoder serves a row of its own and a part of the customer read's row.
+struct OffsetCells {
+    let cells: PostgresRandomAccessRow
+    let first: Int
+    subscript(index: Int) -> PostgresCell { cells[first + index] }
 }

@@ -60,11 +60,12 @@ struct FamilySharingReadTests: MintedSuite {
                 "SELECT original_transaction_id || ' ' || coalesce(app_account_token, '-') || ' ' || coalesce(app_transaction_id, '-') || ' ' || environment FROM entitlements",
                 logger: Self.logger).decode(String.self) { rows.append(row) }
             let customers = CustomerStore(client: client, logger: Self.logger)
-            let first = try await customers.customerSubscriptions(bundleId: minter.bundleId, customerId: m1, environment: nil)
+            let first = try await customers.customer(bundleId: minter.bundleId, customerId: m1, environment: nil).subscriptions
             #expect(Set(first.map(\.originalTransactionId)) == [own.originalTransactionId, shared.originalTransactionId], "\(first.map(\.originalTransactionId)) \(rows)")
-            let second = try await customers.customerSubscriptions(bundleId: minter.bundleId, customerId: m2, environment: nil)
+            let secondRead = try await customers.customer(bundleId: minter.bundleId, customerId: m2, environment: nil)
+            let second = secondRead.subscriptions
             #expect(second.map(\.originalTransactionId) == [shared2.originalTransactionId], "the member whose own rows are one-time purchases: \(second.map(\.originalTransactionId))")
-            let purchases = try await customers.customerOneTimePurchases(bundleId: minter.bundleId, customerId: m2, environment: nil)
+            let purchases = secondRead.oneTimePurchases
             #expect(purchases.map(\.transactionId) == [coins.transactionId])
         }
     }
