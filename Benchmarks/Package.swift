@@ -27,6 +27,7 @@ let programs: [(String, [Target.Dependency])] = [
     ("seed-book", pipeline("BookSeeding", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("erasure-bench", pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "Console", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
+    ("partition-drop-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("customer-api-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging + [.product(name: "Crypto", package: "swift-crypto")]),
 ]
 

@@ -517,5 +517,6 @@ public enum Migrations {
         appStoreBudget,
         offers,
         deadLetterClaims,
+        tokenStatistics,
     ]
 }
