@@ -13,8 +13,9 @@ import TestSupport
 /// `lock_timeout`). Prints each drop's time and size, and for the seconds before, during and after the drops the
 /// POSTs' latency and the longest lock wait any backend had (`pg_locks.waitstart`, sampled every 10 ms).
 ///
-/// Usage: BENCH_DATABASE=<book> partition-drop-bench BOOTSTRAP POSTGRES_URL [RATE=200] (issue 56: the drop under a
-/// second, no lock wait above 200 ms). The book loses its oldest month of archive and deliveries.
+/// Usage: BENCH_DATABASE=<book> partition-drop-bench BOOTSTRAP POSTGRES_URL [RATE=200] [MONTHS=1] (issue 56: the drop
+/// under a second, no lock wait above 200 ms). The book loses its oldest MONTHS months of archive and deliveries,
+/// dropped one after the other, oldest first.
 @main
 struct PartitionDropBench {
     static func main() async throws {
@@ -22,9 +23,10 @@ struct PartitionDropBench {
             print("partition-drop-bench needs BENCH_DATABASE: a book seeded by seed-book (docs/scale.md); it drops that book's oldest month")
             exit(2)
         }
-        let (stack, arguments) = try await BenchStack.start(name: "partition-drop", usage: "partition-drop-bench BOOTSTRAP POSTGRES_URL [RATE=200]")
+        let (stack, arguments) = try await BenchStack.start(name: "partition-drop", usage: "partition-drop-bench BOOTSTRAP POSTGRES_URL [RATE=200] [MONTHS=1]")
         defer { stack.stop() }
         let rate = arguments.int(3, default: 200)
+        let months = arguments.int(4, default: 1)
         let logger = stack.logger
         let ingestPort = TestServices.freePort()
         let ingestOps = TestServices.freePort()
@@ -36,7 +38,7 @@ struct PartitionDropBench {
 
         // The stream: this run's own subscriptions (new ids), signed by the stack's PKI so the worker applies them.
         let start = Int64(Date().timeIntervalSince1970 * 1000) - 40 * 86_400_000
-        let events = NotificationMinter.lifecycleEvents(subscriptions: rate * 40 / 3 + 1, firstSubscription: 70_000_000 + Int.random(in: 0..<1_000_000) * 100, start: start)
+        let events = NotificationMinter.lifecycleEvents(subscriptions: rate * (40 + 2 * months) / 3 + 1, firstSubscription: 70_000_000 + Int.random(in: 0..<1_000_000) * 100, start: start)
         let bodies = events.map { Array("{\"signedPayload\":\"\(stack.minter.signedNotification($0))\"}".utf8) }
         print("partition-drop-bench: \(book), \(rate) notifications/s posted to ingest (\(bodies.count) minted), one worker")
 
@@ -79,7 +81,7 @@ struct PartitionDropBench {
         let dropStart = at()
         let maintenance = PartitionMaintenance(client: postgres, logger: logger)
         var dropLines: [String] = []
-        for table in ["notification_deliveries", "notification_archive"] {
+        for (_, table) in (0..<months).flatMap({ month in ["notification_deliveries", "notification_archive"].map { (month, $0) } }) {
             guard let oldest = try await maintenance.partitions(of: table).first else { continue }
             var size = (bytes: Int64(0), rows: Int64(0))
             for try await row in try await postgres.query(
@@ -98,7 +100,7 @@ struct PartitionDropBench {
         _ = await sampler.result
 
         for line in dropLines { print(line) }
-        print(String(format: "both drops: %.3f s", dropEnd - dropStart))
+        print(String(format: "all drops: %.3f s", dropEnd - dropStart))
         print("phase        POSTs   not 200   p50 ms   p99 ms   max ms   longest lock wait ms   samples with a waiter")
         let phases: [(String, ClosedRange<Double>)] = [("before", 0...dropStart), ("during", dropStart...dropEnd), ("after", dropEnd...Double.infinity)]
         for (name, range) in phases {
