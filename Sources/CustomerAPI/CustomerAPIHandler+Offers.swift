@@ -51,10 +51,9 @@ extension CustomerAPIHandler {
         var signedOffer: Components.Schemas.SignedOffer?
         if let (rule, decision) = chosen {
             if decision.eligible {
-                let signed = creator.promotionalOfferV2(productId: productId, offerIdentifier: rule.offer, transactionId: transactionId)
-                try await store.recordOfferSignature(
-                    signed, kind: "promotional-offer", environment: environment, bundleId: bundleId, customerId: customerId, productId: productId,
-                    offerIdentifier: rule.offer, transactionId: transactionId, rule: decision.rule)
+                let signed = try await signPromotionalOffer(
+                    creator, environment: environment, bundleId: bundleId, customerId: customerId, productId: productId, offerIdentifier: rule.offer,
+                    transactionId: transactionId, rule: decision.rule)
                 signedOffer = .init(kind: .promotionalOffer, offerIdentifier: rule.offer, jws: signed.signature, nonce: signed.nonce, issuedAt: signed.issuedAt)
                 metrics.offer("promotional-offer", outcome: "issued", reason: decision.rule)
             } else {
@@ -70,5 +69,19 @@ extension CustomerAPIHandler {
                 return Components.Schemas.OfferOption(offerIdentifier: option.0.offer, kind: kind, decision: schema(option.1))
             },
             signed: signedOffer))))
+    }
+
+    /// A promotional offer's signature (V2), written to the nonce ledger before it is answered: an offer we could not
+    /// record is an offer we could not trace, so a failure to record it is the caller's failure to give it. The
+    /// offers decision and Apple's real-time retention request both give offers through here.
+    func signPromotionalOffer(
+        _ creator: OfferSignatureCreator, environment: String, bundleId: String, customerId: String, productId: String, offerIdentifier: String,
+        transactionId: String?, rule: String
+    ) async throws -> OfferSignatureCreator.Signed {
+        let signed = creator.promotionalOfferV2(productId: productId, offerIdentifier: offerIdentifier, transactionId: transactionId)
+        try await store.recordOfferSignature(
+            signed, kind: "promotional-offer", environment: environment, bundleId: bundleId, customerId: customerId, productId: productId,
+            offerIdentifier: offerIdentifier, transactionId: transactionId, rule: rule)
+        return signed
     }
 }

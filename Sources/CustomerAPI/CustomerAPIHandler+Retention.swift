@@ -55,12 +55,11 @@ extension CustomerAPIHandler {
             guard let key = appStore.values.first?.configuration else { return none("no-signing-key") }
             let productId = request.productId ?? row.productId ?? ""
             let creator = OfferSignatureCreator(keyId: key.keyId, issuerId: key.issuerId, bundleId: bundleId, signingKey: key.signingKey)
-            let signed = creator.promotionalOfferV2(productId: productId, offerIdentifier: offer, transactionId: request.originalTransactionId)
+            let signed: OfferSignatureCreator.Signed
             do {
-                try await store.recordOfferSignature(
-                    signed, kind: "promotional-offer", environment: request.environment.rawValue, bundleId: bundleId,
-                    customerId: row.customerId ?? request.originalTransactionId, productId: productId, offerIdentifier: offer,
-                    transactionId: request.originalTransactionId, rule: "retention-rule-\(rule + 1)")
+                signed = try await signPromotionalOffer(
+                    creator, environment: request.environment.rawValue, bundleId: bundleId, customerId: row.customerId ?? request.originalTransactionId,
+                    productId: productId, offerIdentifier: offer, transactionId: request.originalTransactionId, rule: "retention-rule-\(rule + 1)")
             } catch {
                 // An offer we could not record is an offer we could not trace: not given.
                 return none("ledger-failed")

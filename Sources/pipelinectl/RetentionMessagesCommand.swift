@@ -33,6 +33,39 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         }
     }
 
+    /// Apple's two catalogues, which list and delete alike.
+    enum Catalogue: String {
+        case image, message
+
+        func list(_ api: AppStoreServerAPIClient, bundleId: String) async throws -> [(identifier: String, state: String?)] {
+            switch self {
+            case .image: try await api.retentionImages(bundleId: bundleId)
+            case .message: try await api.retentionMessages(bundleId: bundleId)
+            }
+        }
+
+        func delete(_ api: AppStoreServerAPIClient, bundleId: String, id: String) async throws {
+            switch self {
+            case .image: try await api.deleteRetentionImage(bundleId: bundleId, imageIdentifier: id)
+            case .message: try await api.deleteRetentionMessage(bundleId: bundleId, messageIdentifier: id)
+            }
+        }
+
+        /// Prints the catalogue (`imageIdentifier`/`imageState` or `messageIdentifier`/`messageState`, Apple's names).
+        func printList(_ appStore: AppStoreOptions, connection: ConnectionOptions, json: Bool) async throws {
+            let bundleId = appStore.bundleId
+            try await withClient(appStore, connection: connection) { api in
+                RetentionMessagesCommand.printList(try await list(api, bundleId: bundleId), key: rawValue + "Identifier", stateKey: rawValue + "State", json: json)
+            }
+        }
+
+        func delete(_ id: String, appStore: AppStoreOptions, connection: ConnectionOptions) async throws {
+            let (id, bundleId) = (try uuid(id, option: "--id"), appStore.bundleId)
+            try await withClient(appStore, connection: connection) { try await delete($0, bundleId: bundleId, id: id) }
+            print("deleted \(rawValue) \(id)")
+        }
+    }
+
     static func uuid(_ text: String, option: String) throws -> String {
         guard UUID(uuidString: text) != nil else { throw ValidationError("\(option) must be a UUID, got \(UntrustedText.quoted(text))") }
         return text.lowercased()
@@ -61,11 +94,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Option(help: "The image's identifier.") var id: String
 
-        func run() async throws {
-            let (id, bundleId) = (try uuid(self.id, option: "--id"), appStore.bundleId)
-            try await withClient(appStore, connection: connection) { try await $0.deleteRetentionImage(bundleId: bundleId, imageIdentifier: id) }
-            print("deleted image \(id)")
-        }
+        func run() async throws { try await Catalogue.image.delete(id, appStore: appStore, connection: connection) }
     }
 
     struct Images: AsyncParsableCommand {
@@ -74,13 +103,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Flag(help: "Print JSON.") var json = false
 
-        func run() async throws {
-            let (bundleId, json) = (appStore.bundleId, json)
-            try await withClient(appStore, connection: connection) { api in
-                let images = try await api.retentionImages(bundleId: bundleId)
-                printList(images, key: "imageIdentifier", stateKey: "imageState", json: json)
-            }
-        }
+        func run() async throws { try await Catalogue.image.printList(appStore, connection: connection, json: json) }
     }
 
     struct UploadMessage: AsyncParsableCommand {
@@ -114,11 +137,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Option(help: "The message's identifier.") var id: String
 
-        func run() async throws {
-            let (id, bundleId) = (try uuid(self.id, option: "--id"), appStore.bundleId)
-            try await withClient(appStore, connection: connection) { try await $0.deleteRetentionMessage(bundleId: bundleId, messageIdentifier: id) }
-            print("deleted message \(id)")
-        }
+        func run() async throws { try await Catalogue.message.delete(id, appStore: appStore, connection: connection) }
     }
 
     struct Messages: AsyncParsableCommand {
@@ -127,13 +146,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Flag(help: "Print JSON.") var json = false
 
-        func run() async throws {
-            let (bundleId, json) = (appStore.bundleId, json)
-            try await withClient(appStore, connection: connection) { api in
-                let messages = try await api.retentionMessages(bundleId: bundleId)
-                printList(messages, key: "messageIdentifier", stateKey: "messageState", json: json)
-            }
-        }
+        func run() async throws { try await Catalogue.message.printList(appStore, connection: connection, json: json) }
     }
 
     struct Default: AsyncParsableCommand {
@@ -202,8 +215,9 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
     }
 }
 
-/// Identifiers and their review states, as text or JSON.
-func printList(_ items: [(identifier: String, state: String?)], key: String, stateKey: String, json: Bool) {
+extension RetentionMessagesCommand {
+    /// Identifiers and their review states, as text or JSON.
+    static func printList(_ items: [(identifier: String, state: String?)], key: String, stateKey: String, json: Bool) {
     if json {
         printJSON(.array(items.map { .object(JSONObject([key: .string($0.identifier), stateKey: jsonValue($0.state)])) }))
     } else if items.isEmpty {
@@ -211,4 +225,5 @@ func printList(_ items: [(identifier: String, state: String?)], key: String, sta
     } else {
         for item in items { print("\(item.identifier)  \(item.state ?? "-")") }
     }
+}
 }
