@@ -326,11 +326,13 @@ public struct EntitlementStore: Sendable {
         try await recordDeliveries(batch, on: connection)
         let firstSeen = try await claimInLedger(batch, outcome: &outcome, on: connection)
         guard !firstSeen.isEmpty else { return outcome }
-        let knownOneTime = try await storeArchiveAndTransactions(firstSeen, on: connection)
+        // Per transaction, its newest version in the batch: what is written and what a redemption is linked from.
+        let transactions = Self.newestTransactions(firstSeen)
+        let knownOneTime = try await storeArchiveAndTransactions(firstSeen, transactions: transactions, on: connection)
         try await queueConsentErasures(firstSeen, on: connection)
         try await recordExtensionSummaries(firstSeen, on: connection)
         var events = try await applyEntitlements(firstSeen, knownOneTime: knownOneTime, outcome: &outcome, on: connection)
-        events += try await linkOfferRedemptions(firstSeen, outcome: &outcome, on: connection)
+        events += try await linkOfferRedemptions(firstSeen, transactions: transactions, outcome: &outcome, on: connection)
         if !events.isEmpty {
             var traceparents: [String: String] = [:]
             for record in firstSeen { if let traceparent = record.traceparent { traceparents[record.deduplicationKey] = traceparent } }
@@ -429,7 +431,10 @@ public struct EntitlementStore: Sendable {
     /// The archive, consumption requests, transactions and grace periods of the new records. Returns the one-time
     /// transactions already stored before this batch (a one-time purchase is one event, whichever of its records
     /// comes first: a purchase posted through the customer API, then Apple's ONE_TIME_CHARGE).
-    func storeArchiveAndTransactions(_ firstSeen: [StoredNotification], on connection: PostgresConnection) async throws -> Set<String> {
+    func storeArchiveAndTransactions(
+        _ firstSeen: [StoredNotification], transactions newest: [(VerifiedPayload<JWSTransactionDecodedPayload>, VerifiedNotification)],
+        on connection: PostgresConnection
+    ) async throws -> Set<String> {
         try await Self.archive(firstSeen, on: connection, logger: logger)
         // A CONSUMPTION_REQUEST asks for an answer within 12 hours of its signedDate: recorded as pending here, in
         // the same transaction, so none is lost; `pipelinectl consumption` lists and answers them.
@@ -450,7 +455,7 @@ public struct EntitlementStore: Sendable {
         }
         // Read before this batch's transactions are written.
         let knownOneTime = emitsEvents ? try await storedTransactionIds(Self.oneTimeTransactionIds(firstSeen), on: connection) : []
-        let transactions = Self.newestTransactions(firstSeen).sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
+        let transactions = newest.sorted { String.precedesInByteOrder($0.0.model.transactionId ?? "", $1.0.model.transactionId ?? "") }
         if !transactions.isEmpty {
             try await connection.query(Self.transactionStatement(rows: JSONValue.array(transactions.map(Self.transactionRow)).serialized), logger: logger)
         }
@@ -887,8 +892,10 @@ public struct EntitlementStore: Sendable {
     /// A transaction row moves forward only: a refund (newer signedDate) replaces the purchase, never the reverse.
     /// A purchase that redeemed a promotional or win-back offer is linked to the signature we issued for it
     /// (`offerRedemptionStatement`); each link is an `offer.redeemed` event when events are on.
-    func linkOfferRedemptions(_ firstSeen: [StoredNotification], outcome: inout BatchOutcome, on connection: PostgresConnection) async throws -> [EntitlementEvent] {
-        let transactions = Self.newestTransactions(firstSeen)
+    func linkOfferRedemptions(
+        _ firstSeen: [StoredNotification], transactions: [(VerifiedPayload<JWSTransactionDecodedPayload>, VerifiedNotification)],
+        outcome: inout BatchOutcome, on connection: PostgresConnection
+    ) async throws -> [EntitlementEvent] {
         let rows = transactions.compactMap(Self.redemptionRow)
         guard !rows.isEmpty else { return [] }
         let linked = try await connection.query(Self.offerRedemptionStatement(rows: JSONValue.array(rows).serialized), logger: logger)
