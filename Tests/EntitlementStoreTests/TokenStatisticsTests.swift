@@ -1,4 +1,3 @@
-@testable import EntitlementStore
 import Foundation
 import Logging
 import PostgresNIO
