@@ -29,6 +29,11 @@ public enum SubscriptionMetric: String, CaseIterable, Sendable {
         self = metric
     }
 
+    /// Whether it reads the product catalog's durations: only the money metrics do (a period's monthly value is its
+    /// price normalised by its duration). The others need no refresh of the catalog first, which is a scan of
+    /// `transactions` (1.1 s on a book of a million transactions, docs/scale.md).
+    public var readsProductCatalog: Bool { self == .mrr || self == .mrrMovement }
+
     /// The SQL function that computes it.
     public var function: String {
         switch self {
@@ -147,8 +152,9 @@ public struct ExchangeRate: Sendable, Hashable {
 
 extension MetricsStore {
     /// Computes `metric` over `query` in one transaction with a statement timeout, after refreshing the product
-    /// catalog from the transactions observed so far (manual durations are kept) unless `refreshCatalog` is false
-    /// (a caller asking for several pieces of one range refreshes once). `work_mem` is raised for the transaction
+    /// catalog from the transactions observed so far (manual durations are kept) when the metric reads it
+    /// (`readsProductCatalog`) and `refreshCatalog` is true (a caller asking for several pieces of one range
+    /// refreshes once). `work_mem` is raised for the transaction
     /// (`workMemory`, PostgreSQL's units): the period windows sort a bundle's periods, and in memory that is
     /// several times faster than through temporary files.
     public func metric(_ metric: SubscriptionMetric, _ query: MetricQuery, statementTimeoutMilliseconds: Int = 120_000, refreshCatalog: Bool = true,
@@ -160,7 +166,7 @@ extension MetricsStore {
         return try await client.withTransaction(logger: logger) { connection in
             try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL statement_timeout = \(max(1, statementTimeoutMilliseconds))"), logger: logger)
             try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL work_mem = '\(workMemory)'"), logger: logger)
-            if refreshCatalog { try await connection.query("SELECT refresh_product_catalog()", logger: logger) }
+            if refreshCatalog && metric.readsProductCatalog { try await connection.query("SELECT refresh_product_catalog()", logger: logger) }
             let sql: PostgresQuery
             if metric.takesCurrency {
                 sql = """

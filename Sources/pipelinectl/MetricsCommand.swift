@@ -72,9 +72,10 @@ struct MetricsCommand: AsyncParsableCommand {
         let timeout = statementTimeoutMs
         let reading = try connection.configuration().reads
         let table = try await connection.withMigratedStore { store in
-            // The product catalog is refreshed on the primary (a write); the metric is read where the router says
-            // (a replica of POSTGRES_READ_URL that replayed the refresh, else the primary: docs/scale.md).
-            _ = try await store.metrics.refreshProductCatalog()
+            // The product catalog is refreshed on the primary (a write), for the metrics that read it; the metric is
+            // read where the router says (a replica of POSTGRES_READ_URL that replayed the refresh, else the primary:
+            // docs/scale.md).
+            if metric.readsProductCatalog { _ = try await store.metrics.refreshProductCatalog() }
             let reads = try reading.router(primary: store.client, poolSize: 1, logger: toolLogger)
             return try await reads.whileRunning {
                 let token = try await reads.currentToken()
