@@ -54,8 +54,9 @@ public final class WebhookReceiver: Sendable {
             return Response(status: .found, headers: [.location: "/redirected"])
         }
         router.post("/slow") { request, _ in
+            let arrived = ContinuousClock.now
             try await Task.sleep(for: .seconds(self.slowSeconds))
-            return try await self.receive(request, path: "/slow")
+            return try await self.receive(request, path: "/slow", arrived: arrived)
         }
         router.post("/stall") { request, _ in
             _ = try await self.record(request, path: "/stall", status: 200)
@@ -79,10 +80,12 @@ public final class WebhookReceiver: Sendable {
             return Response(status: .gone)
         }
         router.post("/busy") { request, _ in
-            let id = request.headers[.init("webhook-id")!] ?? ""
-            let seen = self.deliveries.contains { $0.path == "/busy" && $0.id == id }
-            _ = try await self.record(request, path: "/busy", status: seen ? 200 : 429)
-            return seen
+            // Whether this delivery was seen is decided where it is recorded, under one lock: two attempts of one
+            // id arriving together get one 429 and one 200.
+            let status = try await self.record(request, path: "/busy") { id, deliveries in
+                deliveries.contains { $0.path == "/busy" && $0.id == id } ? 200 : 429
+            }
+            return status == 200
                 ? Response(status: .ok)
                 : Response(status: .tooManyRequests, headers: [.retryAfter: String(self.busyRetryAfterSeconds)])
         }
@@ -108,24 +111,34 @@ public final class WebhookReceiver: Sendable {
     /// Every POST received so far, in arrival order.
     public var deliveries: [Delivery] { state.withLock { $0.deliveries } }
 
-    func receive(_ request: Request, path: String) async throws -> Response {
+    func receive(_ request: Request, path: String, arrived: ContinuousClock.Instant = .now) async throws -> Response {
         let delay = state.withLock { $0.delay }
         if delay > .zero { try await Task.sleep(for: delay) }
-        let status = try await record(request, path: path, status: nil)
+        let status = try await record(request, path: path, arrived: arrived) { _, _ in nil }
         return Response(status: .init(code: status), body: .init(byteBuffer: ByteBuffer(string: status == 200 ? "ok" : "failing on purpose")))
     }
 
-    /// Records the request; `status` nil: 500 if its subject is failing, else 200.
-    func record(_ request: Request, path: String, status: Int?) async throws -> Int {
+    /// Records the request, stamped with when it `arrived` (before its body was read, and before any delay of the
+    /// route), with the status `answer` decides from its `webhook-id` and the deliveries recorded before it, under the
+    /// same lock; nil: 500 if its subject is failing, else 200.
+    func record(
+        _ request: Request, path: String, arrived: ContinuousClock.Instant = .now, answer: (_ id: String, _ earlier: [Delivery]) -> Int? = { _, _ in nil }
+    ) async throws -> Int {
         let body = Array(buffer: try await request.body.collect(upTo: 1 << 20))
         let subject = (try? StrictJSONParser().parseObject(body))?["subject"]?.stringValue ?? ""
+        let id = request.headers[.init("webhook-id")!] ?? ""
         return state.withLock { state in
-            let answer = status ?? (state.failingSubjects.contains(subject) ? 500 : 200)
+            let status = answer(id, state.deliveries) ?? (state.failingSubjects.contains(subject) ? 500 : 200)
             state.deliveries.append(Delivery(
-                path: path, id: request.headers[.init("webhook-id")!] ?? "", timestamp: Int64(request.headers[.init("webhook-timestamp")!] ?? "") ?? 0,
-                signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: answer, arrived: .now,
+                path: path, id: id, timestamp: Int64(request.headers[.init("webhook-timestamp")!] ?? "") ?? 0,
+                signature: request.headers[.init("webhook-signature")!] ?? "", body: body, status: status, arrived: arrived,
                 traceparent: request.headers[.init(TraceParent.header)!]))
-            return answer
+            return status
         }
+    }
+
+    /// Records the request with a fixed `status`.
+    func record(_ request: Request, path: String, status: Int) async throws -> Int {
+        try await record(request, path: path) { _, _ in status }
     }
 }
