@@ -36,9 +36,8 @@ public func buildCustomerAPIServices(
     let postgres = PostgresClient(configuration: try shared.postgresConfiguration(), backgroundLogger: logger)
     let store = CustomerStore(client: postgres, logger: logger)
     // The reads' own pool: an app launch's read never waits for a connection behind purchases and their polling.
-    var readPoolConfiguration = try shared.postgresConfiguration()
-    readPoolConfiguration.options.maximumConnections = configuration.readPoolSize
-    let readPool = PostgresClient(configuration: readPoolConfiguration, backgroundLogger: logger)
+    let readPool = PostgresClient(
+        configuration: try PipelineSettings.servicePool(url: shared.postgresURL, connections: configuration.readPoolSize), backgroundLogger: logger)
     let reads = try configuration.reads.router(primary: readPool, poolSize: configuration.readPoolSize, logger: logger)
     var producerConfiguration = KafkaProducerConfiguration(client: shared.kafka.clientConfiguration)
     producerConfiguration.deliveryTimeoutMilliseconds = max(1_000, Int(configuration.applyTimeout.wholeMilliseconds))

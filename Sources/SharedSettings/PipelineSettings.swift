@@ -208,18 +208,19 @@ public struct PipelineSettings: Sendable {
 
     /// The PostgreSQL pool of a service (worker, customer API, console).
     public func postgresConfiguration() throws -> PostgresClient.Configuration {
-        var configuration = try PostgresClient.Configuration(url: postgresURL)
-        configuration.options.maximumConnections = postgresPoolSize
-        Self.turnOffJIT(&configuration)
-        return configuration
+        try Self.servicePool(url: postgresURL, connections: postgresPoolSize)
     }
 
-    /// A service's statements are short (a customer read, a batch's writes, a timeline page): their connections run
-    /// with `jit = off`. On a book of 10 million transactions the planner's estimates for the customer read (8 000
-    /// and 50 000 rows where an index probe finds 20) passed `jit_above_cost`, and compiling took 53 ms of a 72 ms
-    /// read (EXPLAIN ANALYZE, docs/scale.md); the same read runs in a few milliseconds without it. `pipelinectl
-    /// metrics`, whose scans are long, keeps the server's setting.
-    public static func turnOffJIT(_ configuration: inout PostgresClient.Configuration) {
+    /// A pool of `connections` to `url` for a service (its `POSTGRES_URL` pool, the customer API's read pool, the
+    /// webhooks service's, a read replica's). A service's statements are short (a customer read, a batch's writes, a
+    /// timeline page): their connections run with `jit = off`. On a book of 10 million transactions the planner's
+    /// estimates for the customer read (8 000 and 50 000 rows where an index probe finds 20) passed
+    /// `jit_above_cost`, and compiling took 53 ms of a 72 ms read (EXPLAIN ANALYZE, docs/scale.md); the same read
+    /// runs in a few milliseconds without it. `pipelinectl metrics`, whose scans are long, keeps the server's setting.
+    public static func servicePool(url: String, connections: Int) throws -> PostgresClient.Configuration {
+        var configuration = try PostgresClient.Configuration(url: url)
+        configuration.options.maximumConnections = connections
         configuration.options.additionalStartupParameters.append(("jit", "off"))
+        return configuration
     }
 }

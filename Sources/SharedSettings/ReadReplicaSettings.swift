@@ -60,11 +60,9 @@ public struct ReadReplicaSettings: Sendable, Hashable {
     /// The reads' router over `primary` (the process's `POSTGRES_URL` pool), each replica a pool of `poolSize`.
     public func router(primary: PostgresClient, poolSize: Int, logger: Logger) throws -> ReadRouter {
         let replicas = try replicaURLs.map { url in
-            var configuration = try PostgresClient.Configuration(url: url)
-            configuration.options.maximumConnections = poolSize
+            var configuration = try PipelineSettings.servicePool(url: url, connections: poolSize)
             // A replica that went away is found by the probe; a read never waits long for one of its connections.
             configuration.options.connectTimeout = .milliseconds(500)
-            PipelineSettings.turnOffJIT(&configuration)
             return configuration
         }
         return ReadRouter(primary: primary, replicas: replicas, settings: routing, logger: logger)

@@ -165,10 +165,7 @@ package struct WebhooksConfiguration: Sendable {
     }
 
     package func postgresConfiguration() throws -> PostgresClient.Configuration {
-        var configuration = try PostgresClient.Configuration(url: postgresURL)
-        configuration.options.maximumConnections = postgresPoolSize
-        PipelineSettings.turnOffJIT(&configuration)  // short statements: docs/scale.md
-        return configuration
+        try PipelineSettings.servicePool(url: postgresURL, connections: postgresPoolSize)
     }
 
     /// `webhooks --help`.
