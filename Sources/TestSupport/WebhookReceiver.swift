@@ -114,7 +114,7 @@ public final class WebhookReceiver: Sendable {
     func receive(_ request: Request, path: String, arrived: ContinuousClock.Instant = .now) async throws -> Response {
         let delay = state.withLock { $0.delay }
         if delay > .zero { try await Task.sleep(for: delay) }
-        let status = try await record(request, path: path, arrived: arrived) { _, _ in nil }
+        let status = try await record(request, path: path, arrived: arrived)
         return Response(status: .init(code: status), body: .init(byteBuffer: ByteBuffer(string: status == 200 ? "ok" : "failing on purpose")))
     }
 

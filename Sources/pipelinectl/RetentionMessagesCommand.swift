@@ -52,10 +52,10 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         }
 
         /// Prints the catalogue (`imageIdentifier`/`imageState` or `messageIdentifier`/`messageState`, Apple's names).
-        func printList(_ appStore: AppStoreOptions, connection: ConnectionOptions, json: Bool) async throws {
+        func show(_ appStore: AppStoreOptions, connection: ConnectionOptions, json: Bool) async throws {
             let bundleId = appStore.bundleId
             try await withClient(appStore, connection: connection) { api in
-                RetentionMessagesCommand.printList(try await list(api, bundleId: bundleId), key: rawValue + "Identifier", stateKey: rawValue + "State", json: json)
+                printList(try await list(api, bundleId: bundleId), key: rawValue + "Identifier", stateKey: rawValue + "State", json: json)
             }
         }
 
@@ -103,7 +103,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Flag(help: "Print JSON.") var json = false
 
-        func run() async throws { try await Catalogue.image.printList(appStore, connection: connection, json: json) }
+        func run() async throws { try await Catalogue.image.show(appStore, connection: connection, json: json) }
     }
 
     struct UploadMessage: AsyncParsableCommand {
@@ -146,7 +146,7 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
         @OptionGroup var connection: ConnectionOptions
         @Flag(help: "Print JSON.") var json = false
 
-        func run() async throws { try await Catalogue.message.printList(appStore, connection: connection, json: json) }
+        func run() async throws { try await Catalogue.message.show(appStore, connection: connection, json: json) }
     }
 
     struct Default: AsyncParsableCommand {
@@ -215,9 +215,8 @@ struct RetentionMessagesCommand: AsyncParsableCommand {
     }
 }
 
-extension RetentionMessagesCommand {
-    /// Identifiers and their review states, as text or JSON.
-    static func printList(_ items: [(identifier: String, state: String?)], key: String, stateKey: String, json: Bool) {
+/// Identifiers and their review states, as text or JSON.
+func printList(_ items: [(identifier: String, state: String?)], key: String, stateKey: String, json: Bool) {
     if json {
         printJSON(.array(items.map { .object(JSONObject([key: .string($0.identifier), stateKey: jsonValue($0.state)])) }))
     } else if items.isEmpty {
@@ -225,5 +224,4 @@ extension RetentionMessagesCommand {
     } else {
         for item in items { print("\(item.identifier)  \(item.state ?? "-")") }
     }
-}
 }
