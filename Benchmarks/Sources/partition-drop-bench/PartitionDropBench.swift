@@ -44,7 +44,7 @@ struct PartitionDropBench {
 
         let clock = ContinuousClock()
         let origin = clock.now
-        func at() -> Double { let d = clock.now - origin; return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+        func at() -> Double { BenchFigures.milliseconds(clock.now - origin) / 1000 }
         let posts = Samples<(at: Double, latency: Double, ok: Bool)>()
         let waits = Samples<(at: Double, longest: Double, waiting: Int)>()
 
@@ -104,19 +104,15 @@ struct PartitionDropBench {
         print("phase        POSTs   not 200   p50 ms   p99 ms   max ms   longest lock wait ms   samples with a waiter")
         let phases: [(String, ClosedRange<Double>)] = [("before", 0...dropStart), ("during", dropStart...dropEnd), ("after", dropEnd...Double.infinity)]
         for (name, range) in phases {
-            let latencies = posts.values.filter { range.contains($0.at) }.map(\.latency).sorted()
+            let latencies = posts.values.filter { range.contains($0.at) }.map(\.latency)
             let failed = posts.values.filter { range.contains($0.at) && !$0.ok }.count
             let sampled = waits.values.filter { range.contains($0.at) }
             print(name.padding(toLength: 13, withPad: " ", startingAt: 0)
-                + String(format: "%5d %9d %8.1f %8.1f %8.1f %22.1f %23d", latencies.count, failed, percentile(latencies, 0.5) * 1000,
-                    percentile(latencies, 0.99) * 1000, (latencies.last ?? 0) * 1000, (sampled.map(\.longest).max() ?? 0) * 1000,
+                + String(format: "%5d %9d %8.1f %8.1f %8.1f %22.1f %23d", latencies.count, failed, BenchFigures.percentile(latencies, 0.5) * 1000,
+                    BenchFigures.percentile(latencies, 0.99) * 1000, (latencies.max() ?? 0) * 1000, (sampled.map(\.longest).max() ?? 0) * 1000,
                     sampled.filter { $0.waiting > 0 }.count))
         }
         print("(the lock waits are every backend's of the cluster: the worker's inserts, the drop's own DETACH and DROP, anything else running)")
-    }
-
-    static func percentile(_ sorted: [Double], _ p: Double) -> Double {
-        sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
     }
 }
 
