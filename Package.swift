@@ -186,7 +186,7 @@ let package = Package(
             name: "NotificationWorker",
             dependencies: ["SharedSettings", 
                 "AppStoreBudget", "AppStoreNotifications", "AppStorePull", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore",
-                "KafkaClient", "ServiceRuntime", hummingbird, logging, metrics, prometheus, postgresNIO,
+                "KafkaClient", "ServiceRuntime", "SubscriptionMetrics", hummingbird, logging, metrics, prometheus, postgresNIO,
                 serviceLifecycle, tracing,
             ]
         ),

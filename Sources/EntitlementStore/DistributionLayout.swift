@@ -25,6 +25,9 @@ public enum DistributionLayout {
         "notification_deliveries": "routing_key",
         // A customer's offer signatures: read and written by the customer API per customer.
         "offer_signatures": "customer_id",
+        // The metrics' computed periods and the subscriptions changed since (migration 27): one subscription's rows.
+        "metric_periods": "original_transaction_id",
+        "metric_dirty_subscriptions": "original_transaction_id",
     ]
 
     /// Small tables that distributed rows are checked against or joined with, copied to every node
@@ -41,5 +44,10 @@ public enum DistributionLayout {
         "schema_migrations", "dead_lettered_records", "dead_letter_claims", "dead_letter_redrives", "backfill_runs", "pull_runs", "operators",
         "operator_sessions", "console_audit", "erasure_requests", "renewal_extensions", "appstore_api_budget",
         "appstore_api_budget_queues",
+        // The metrics' daily rollups (migration 27): sums over every subscription, written by the one aggregator
+        // and read by the metric functions, both on the coordinator.
+        "metric_rollup_state", "metric_rollup_active", "metric_rollup_mrr", "metric_rollup_starts", "metric_rollup_refunds",
+        "metric_rollup_retention", "metric_rollup_mrr_movement", "metric_rollup_churn_corners", "metric_rollup_churn_edges",
+        "metric_rollup_product_durations",
     ]
 }

@@ -518,5 +518,6 @@ public enum Migrations {
         offers,
         deadLetterClaims,
         tokenStatistics,
+        metricRollups,
     ]
 }

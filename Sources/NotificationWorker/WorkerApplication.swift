@@ -13,6 +13,7 @@ import PostgresNIO
 import Prometheus
 import ServiceLifecycle
 import ServiceRuntime
+import SubscriptionMetrics
 
 /// The worker process's services, in dependency order (a ServiceGroup shuts them down in reverse: the ops server,
 /// then the worker finishes its batch, then the consumer commits and leaves the group, then the events relay
@@ -72,8 +73,9 @@ package func buildWorkerServices(
     let maintenance = WorkerMaintenance(
         worker: worker, retention: RetentionStore(client: postgres, logger: logger), policy: configuration.retention, interval: configuration.retentionInterval,
         metrics: metrics, logger: logger)
+    let rollups = MetricRollupsAggregator(client: postgres, interval: configuration.metricRollupsInterval, logger: logger)
     return WorkerServices(
-        services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, maintenance] + healServices + [ops], worker: worker)
+        services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, maintenance, rollups] + healServices + [ops], worker: worker)
 }
 
 /// Every `RETENTION_INTERVAL`: the erasures RESCIND_CONSENT queued that are still waiting, the coming months'
@@ -123,6 +125,43 @@ struct WorkerMaintenance: Service {
                 }
             } catch {
                 logger.warning("retention round failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
+            }
+        }
+    }
+}
+
+/// Every `METRIC_ROLLUPS_INTERVAL`: one worker of the group (a session advisory lock; the others skip the round)
+/// applies the subscriptions changed since the metrics' daily rollups last saw them (`MetricsStore.applyRollups`),
+/// so a metric read finds little left to apply. Nothing is applied before the rollups are built.
+struct MetricRollupsAggregator: Service {
+    let client: PostgresClient
+    let interval: Duration
+    let logger: Logger
+
+    /// "mrag": the lock that elects the worker applying this round.
+    static let lockKey: Int64 = 0x6D72_6167
+
+    func run() async throws {
+        await repeatUntilGracefulShutdown(every: interval, firstAfter: interval) {
+            do {
+                let applied = try await client.withConnection { connection in
+                    var locked = false
+                    for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
+                        locked = value
+                    }
+                    guard locked else { return 0 }
+                    do {
+                        let applied = try await MetricsStore(client: client, logger: logger).applyRollups(catalog: false)
+                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                        return applied
+                    } catch {
+                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                        throw error
+                    }
+                }
+                if applied > 0 { logger.debug("metric rollups: applied \(applied) changed subscription(s)") }
+            } catch {
+                logger.warning("applying the metric rollups failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
             }
         }
     }

@@ -49,6 +49,9 @@ package struct WorkerConfiguration: Sendable {
     /// `RETENTION_INTERVAL` (default 1h; `off` to leave pruning to `pipelinectl retention run`): how often a worker
     /// prunes what is past its retention and runs queued erasures (one worker of the group at a time).
     package var retentionInterval: Duration? = .seconds(3600)
+    /// `METRIC_ROLLUPS_INTERVAL` (default 30 s): how often one worker of the group applies the subscriptions changed
+    /// since the metrics' daily rollups last saw them (docs/scale.md, "Metrics from rollups").
+    package var metricRollupsInterval: Duration = .seconds(30)
 
     package init(kafka: KafkaClientConfigurationValues) {
         settings = PipelineSettings(kafka: kafka)
@@ -89,10 +92,14 @@ package struct WorkerConfiguration: Sendable {
         static let retentionInterval = SettingDescription(
             variable: "RETENTION_INTERVAL", summary: "how often one worker of the group prunes what is past its retention and runs queued erasures; `off` leaves it to `pipelinectl retention run`",
             defaultText: "1h")
+        static let metricRollupsInterval = Setting.duration(
+            "METRIC_ROLLUPS_INTERVAL", default: .seconds(30), range: .seconds(1) ... .seconds(3_600),
+            "how often one worker of the group applies the changed subscriptions to the metrics' daily rollups (a metric read applies what is left)")
 
         static let catalog = SettingsCatalog(component: "worker", settings: [
             groupId.description, instanceId, batchSize.description, maximumBackoff.description, storeTimeout.description, migrate.description,
             opsHost.description, opsPort.description, healInterval.description, healRetryAfter.description, retentionInterval,
+            metricRollupsInterval.description,
         ])
     }
 
@@ -124,6 +131,7 @@ package struct WorkerConfiguration: Sendable {
         configuration.healInterval = try Settings.healInterval.read(environment)
         configuration.healRetryAfter = try Settings.healRetryAfter.read(environment)
         configuration.retention = try RetentionPolicy.fromEnvironment(environment)
+        configuration.metricRollupsInterval = try Settings.metricRollupsInterval.read(environment)
         let retentionInterval = Settings.retentionInterval.variable
         if environment.optionalString(retentionInterval)?.lowercased() == "off" {
             configuration.retentionInterval = nil

@@ -67,6 +67,64 @@ public enum SubscriptionMetric: String, CaseIterable, Sendable {
 
     /// Whether it sums money (and so takes a reporting currency).
     public var takesCurrency: Bool { columns.contains("currency") }
+
+    /// The function answering it from migration 27's daily rollups, when there is one: `refund-requests` counts
+    /// notifications through the archive's index of their types and has none.
+    public var rollupFunction: String? {
+        self == .refundRequests ? nil : "metric_rollup_" + function.dropFirst("metric_".count)
+    }
+}
+
+/// Where a metric is computed from (docs/scale.md, "Metrics from rollups").
+public enum MetricSource: String, CaseIterable, Sendable {
+    /// The rollups when they can answer the query and are built, else the full computation.
+    case automatic
+    /// Migration 27's daily rollups; an error when they cannot answer (`MetricRollupsUnavailable`).
+    case rollups
+    /// Migration 14's computation over every period.
+    case full
+}
+
+/// The rollups cannot answer a query asked of them explicitly.
+public struct MetricRollupsUnavailable: Error, CustomStringConvertible {
+    public var reason: String
+    public var description: String { "the metric rollups cannot answer this: \(reason)" }
+}
+
+extension MetricQuery {
+    /// Why the rollups cannot answer this query, or nil when they can: they are kept per environment, app and UTC
+    /// day, so a product or storefront filter, or a range whose ends are not UTC midnights, needs the full
+    /// computation.
+    public func rollupRefusal(_ metric: SubscriptionMetric) -> String? {
+        if metric.rollupFunction == nil { return "\(metric.rawValue) has no rollup (it counts archived notifications by an index)" }
+        if productId != nil { return "a product filter" }
+        if storefront != nil { return "a storefront filter" }
+        let midnight = { (date: Date) in date.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400) == 0 }
+        if !midnight(from) || !midnight(to) { return "the range does not start and end at UTC midnights" }
+        return nil
+    }
+}
+
+/// The state of the rollups (`pipelinectl metrics rollups status`).
+public struct MetricRollupStatus: Sendable, Hashable {
+    /// Whether they were built (on an empty database at migration, else by `rebuildRollups`).
+    public var built: Bool
+    /// Subscriptions changed since their contributions were last applied.
+    public var pending: Int64
+    /// Subscription periods held.
+    public var periods: Int64
+}
+
+/// A row where the rollups and the full computation disagree (`pipelinectl metrics compare`).
+public struct MetricDifference: Sendable, Hashable, CustomStringConvertible {
+    public var metric: String
+    public var full: [String?]?
+    public var rollups: [String?]?
+
+    public var description: String {
+        func line(_ row: [String?]?) -> String { row.map { $0.map { $0 ?? "-" }.joined(separator: " ") } ?? "(no row)" }
+        return "\(metric)\n  full:    \(line(full))\n  rollups: \(line(rollups))"
+    }
 }
 
 /// A metric setting that is not a plain value (it would be spliced into SQL).
@@ -157,15 +215,34 @@ extension MetricsStore {
     /// refreshes once). `work_mem` is raised for the transaction
     /// (`workMemory`, PostgreSQL's units): the period windows sort a bundle's periods, and in memory that is
     /// several times faster than through temporary files.
+    ///
+    /// `source` says where from: the daily rollups answer a query without product or storefront filter over UTC days
+    /// (`MetricQuery.rollupRefusal`) once built; then `refreshCatalog` also applies the subscriptions changed since
+    /// (`metric_rollups_apply`), and the catalog is refreshed from the observations the rollups keep.
     public func metric(_ metric: SubscriptionMetric, _ query: MetricQuery, statementTimeoutMilliseconds: Int = 120_000, refreshCatalog: Bool = true,
-                       workMemory: String = "256MB") async throws -> MetricTable {
+                       workMemory: String = "256MB", source: MetricSource = .automatic) async throws -> MetricTable {
         guard workMemory.allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLetter) }) else { throw MetricSettingError(setting: "work_mem", value: workMemory) }
         let select = metric.columns.map { column in
             column.hasPrefix("bucket_") ? "to_char(\(column) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')" : "\(column)::text"
         }.joined(separator: ", ")
+        let refusal = query.rollupRefusal(metric)
+        if source == .rollups, let refusal { throw MetricRollupsUnavailable(reason: refusal) }
         return try await client.withTransaction(logger: logger) { connection in
             try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL statement_timeout = \(max(1, statementTimeoutMilliseconds))"), logger: logger)
             try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL work_mem = '\(workMemory)'"), logger: logger)
+            var fromRollups = false
+            if source != .full, refusal == nil {
+                for try await built in try await connection.query("SELECT built FROM metric_rollup_state", logger: logger).decode(Bool.self) { fromRollups = built }
+                if source == .rollups, !fromRollups { throw MetricRollupsUnavailable(reason: "they are not built yet (pipelinectl metrics rollups rebuild)") }
+            }
+            if fromRollups {
+                if refreshCatalog { try await Self.catchUp(catalog: metric.readsProductCatalog, on: connection, logger: logger) }
+                let function = metric.rollupFunction!
+                let sql: PostgresQuery = metric.takesCurrency
+                    ? "SELECT \(unescaped: select) FROM \(unescaped: function)(\(query.from), \(query.to), \(query.bucket.rawValue), \(query.environment), \(query.bundleId), \(query.currency))"
+                    : "SELECT \(unescaped: select) FROM \(unescaped: function)(\(query.from), \(query.to), \(query.bucket.rawValue), \(query.environment), \(query.bundleId))"
+                return MetricTable(columns: metric.columns, rows: try await Self.rows(sql, columns: metric.columns.count, on: connection, logger: logger))
+            }
             if refreshCatalog && metric.readsProductCatalog { try await connection.query("SELECT refresh_product_catalog()", logger: logger) }
             let sql: PostgresQuery
             if metric.takesCurrency {
@@ -179,13 +256,133 @@ extension MetricsStore {
                         \(query.bundleId), \(query.productId), \(query.storefront))
                     """
             }
-            var rows: [[String?]] = []
-            for try await row in try await connection.query(sql, logger: logger) {
-                let cells = row.makeRandomAccess()
-                rows.append(try (0..<metric.columns.count).map { try cells[$0].decode(String?.self) })
-            }
-            return MetricTable(columns: metric.columns, rows: rows)
+            return MetricTable(columns: metric.columns, rows: try await Self.rows(sql, columns: metric.columns.count, on: connection, logger: logger))
         }
+    }
+
+    /// The rows of `sql`, each of `columns` text cells.
+    static func rows(_ sql: PostgresQuery, columns: Int, on connection: PostgresConnection, logger: Logger) async throws -> [[String?]] {
+        var rows: [[String?]] = []
+        for try await row in try await connection.query(sql, logger: logger) {
+            let cells = row.makeRandomAccess()
+            rows.append(try (0..<columns).map { try cells[$0].decode(String?.self) })
+        }
+        return rows
+    }
+
+    /// How many changed subscriptions one `metric_rollups_apply` call claims.
+    static let rollupBatch = 2_000
+
+    /// Applies every changed subscription to the rollups on `connection`; with `catalog`, then refreshes the product
+    /// catalog from the observations they keep, and applies what a changed duration marked. Returns the count applied.
+    @discardableResult
+    static func catchUp(catalog: Bool, on connection: PostgresConnection, logger: Logger) async throws -> Int {
+        var applied = 0
+        func drain() async throws {
+            while true {
+                var claimed = 0
+                for try await count in try await connection.query("SELECT metric_rollups_apply(\(rollupBatch)::integer)", logger: logger).decode(Int32.self) { claimed = Int(count) }
+                applied += claimed
+                if claimed == 0 { return }
+            }
+        }
+        try await drain()
+        if catalog {
+            try await connection.query("SELECT refresh_product_catalog_from_rollups()", logger: logger)
+            try await drain()
+        }
+        return applied
+    }
+
+    /// Applies the subscriptions changed since the rollups last saw them, in transactions of `rollupBatch`
+    /// subscriptions (the workers' maintenance round calls this; so does a metric read). Returns how many.
+    @discardableResult
+    public func applyRollups(catalog: Bool = false) async throws -> Int {
+        var total = 0
+        while true {
+            let applied = try await client.withTransaction(logger: logger) { connection in
+                var claimed = 0
+                for try await count in try await connection.query("SELECT metric_rollups_apply(\(Self.rollupBatch)::integer)", logger: logger).decode(Int32.self) { claimed = Int(count) }
+                return claimed
+            }
+            total += applied
+            if applied == 0 { break }
+        }
+        if catalog {
+            total += try await client.withTransaction(logger: logger) { connection in
+                try await Self.catchUp(catalog: true, on: connection, logger: logger)
+            }
+        }
+        return total
+    }
+
+    /// Builds the rollups from every stored period (`metric_rollups_rebuild`), after refreshing the catalog with a
+    /// full scan. The changed set is emptied first in a transaction of its own, so that what the workers change
+    /// while the build runs is marked again and applied after it. Returns the periods built.
+    public func rebuildRollups(workMemory: String = "1GB") async throws -> Int64 {
+        guard workMemory.allSatisfy({ $0.isASCII && ($0.isNumber || $0.isLetter) }) else { throw MetricSettingError(setting: "work_mem", value: workMemory) }
+        try await client.withTransaction(logger: logger) { connection -> Void in
+            try await connection.query("SELECT refresh_product_catalog()", logger: logger)
+            try await connection.query("UPDATE metric_rollup_state SET built = false", logger: logger)
+            try await connection.query("DELETE FROM metric_dirty_subscriptions", logger: logger)
+        }
+        return try await client.withTransaction(logger: logger) { connection in
+            try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL work_mem = '\(workMemory)'"), logger: logger)
+            var periods: Int64 = 0
+            for try await count in try await connection.query("SELECT metric_rollups_rebuild()", logger: logger).decode(Int64.self) { periods = count }
+            return periods
+        }
+    }
+
+    /// Whether the rollups are built, and how much they hold and have still to apply.
+    public func rollupStatus() async throws -> MetricRollupStatus {
+        let rows = try await client.query(
+            """
+            SELECT (SELECT built FROM metric_rollup_state), (SELECT count(*) FROM metric_dirty_subscriptions), (SELECT count(*) FROM metric_periods)
+            """, logger: logger)
+        for try await (built, pending, periods) in rows.decode((Bool, Int64, Int64).self) {
+            return MetricRollupStatus(built: built, pending: pending, periods: periods)
+        }
+        return MetricRollupStatus(built: false, pending: 0, periods: 0)
+    }
+
+    /// Every metric the rollups answer, computed both ways over `query` (its product and storefront filters are
+    /// ignored), after applying what changed and refreshing the catalog both ways; returns the rows that differ,
+    /// and any product whose observed durations differ from a full scan's. Empty when they agree.
+    public func compareRollups(_ query: MetricQuery, statementTimeoutMilliseconds: Int = 600_000) async throws -> [MetricDifference] {
+        var query = query
+        (query.productId, query.storefront) = (nil, nil)
+        _ = try await applyRollups(catalog: true)
+        _ = try await refreshProductCatalog()
+        _ = try await applyRollups(catalog: false)
+        var differences: [MetricDifference] = []
+        for metric in SubscriptionMetric.allCases where metric.rollupFunction != nil {
+            let full = try await self.metric(metric, query, statementTimeoutMilliseconds: statementTimeoutMilliseconds, refreshCatalog: false, source: .full)
+            let rollups = try await self.metric(metric, query, statementTimeoutMilliseconds: statementTimeoutMilliseconds, refreshCatalog: false, source: .rollups)
+            for index in 0..<max(full.rows.count, rollups.rows.count) {
+                let left = full.rows.indices.contains(index) ? full.rows[index] : nil
+                let right = rollups.rows.indices.contains(index) ? rollups.rows[index] : nil
+                if left != right { differences.append(MetricDifference(metric: metric.rawValue, full: left, rollups: right)) }
+            }
+        }
+        let observations = try await client.query(
+            """
+            WITH full_scan AS (
+                SELECT product_id, apple_subscription_duration(expires_date - purchase_date) AS duration, count(*) AS periods
+                FROM transactions
+                WHERE type = 'Auto-Renewable Subscription' AND product_id IS NOT NULL AND expires_date > purchase_date
+                    AND payload->>'offerType' IS NULL AND payload->>'billingPlanType' IS DISTINCT FROM 'MONTHLY'
+                    AND NOT coalesce((payload->>'isUpgraded')::boolean, false)
+                GROUP BY 1, 2
+            ), kept AS (SELECT product_id, duration, periods FROM metric_rollup_product_durations WHERE periods <> 0)
+            SELECT coalesce(f.product_id, k.product_id), coalesce(f.duration, k.duration), f.periods::text, k.periods::text
+            FROM full_scan f FULL JOIN kept k USING (product_id, duration)
+            WHERE f.periods IS DISTINCT FROM k.periods ORDER BY 1, 2
+            """, logger: logger)
+        for try await (product, duration, full, kept) in observations.decode((String, String, String?, String?).self) {
+            differences.append(MetricDifference(metric: "product-durations", full: [product, duration, full], rollups: [product, duration, kept]))
+        }
+        return differences
     }
 
     /// Fills the catalog from observed periods; returns how many products it holds observations for.

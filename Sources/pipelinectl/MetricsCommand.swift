@@ -3,10 +3,19 @@ import ArgumentParser
 import Foundation
 import SubscriptionMetrics
 
-/// `pipelinectl metrics NAME --from D --to D`: subscription metrics from our own rows (docs/metrics.md).
+/// `pipelinectl metrics NAME --from D --to D`: subscription metrics from our own rows (docs/metrics.md); `metrics
+/// compare` and `metrics rollups` keep the daily rollups they are read from honest (docs/scale.md).
 struct MetricsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "metrics",
+        abstract: "Subscription metrics from the pipeline's own data, and the rollups they are read from.",
+        subcommands: [MetricsShowCommand.self, MetricsCompareCommand.self, MetricRollupsCommand.self], defaultSubcommand: MetricsShowCommand.self)
+}
+
+/// `pipelinectl metrics [show] NAME --from D --to D`: one metric.
+struct MetricsShowCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "show",
         abstract: "Subscription metrics (active subscriptions, MRR, churn, trial conversion, refunds, retention) from the pipeline's own data.",
         discussion: """
             NAME is one of: \(SubscriptionMetric.allCases.map(\.rawValue).joined(separator: ", ")) (also known as:
@@ -29,6 +38,8 @@ struct MetricsCommand: AsyncParsableCommand {
     @Option(help: "Only this storefront (Apple's three-letter code, e.g. USA).") var storefront: String?
     @Option(help: "The reporting currency of money metrics (ISO 4217).") var currency = "USD"
     @Option(help: "Each query's statement timeout, in milliseconds.") var statementTimeoutMs = 120_000
+    @Option(help: "automatic (the daily rollups when they can answer: no product or storefront filter, whole UTC days), rollups or full.")
+    var source = "automatic"
     @Flag(help: "Print JSON (an array of objects).") var json = false
     @Flag(help: "Print CSV with a header row.") var csv = false
 
@@ -43,6 +54,7 @@ struct MetricsCommand: AsyncParsableCommand {
         }
         guard !(json && csv) else { throw ValidationError("give at most one of --json and --csv") }
         guard statementTimeoutMs > 0 else { throw ValidationError("--statement-timeout-ms must be positive") }
+        guard MetricSource(rawValue: source) != nil else { throw ValidationError("--source must be automatic, rollups or full") }
         let (start, end) = try range()
         guard start < end else { throw ValidationError("--from must be before --to") }
     }
@@ -70,12 +82,19 @@ struct MetricsCommand: AsyncParsableCommand {
         let query = MetricQuery(from: start, to: end, bucket: bucket, environment: environment, bundleId: bundleId, productId: productId,
                                 storefront: storefront, currency: currency)
         let timeout = statementTimeoutMs
+        let source = MetricSource(rawValue: source)!
+        if source == .rollups, let refusal = query.rollupRefusal(metric) { throw ValidationError("--source rollups: \(refusal)") }
         let reading = try connection.configuration().reads
         let table = try await connection.withMigratedStore { store in
-            // The product catalog is refreshed on the primary (a write), for the metrics that read it; the metric is
-            // read where the router says (a replica of POSTGRES_READ_URL that replayed the refresh, else the primary:
-            // docs/scale.md).
-            if metric.readsProductCatalog { _ = try await store.metrics.refreshProductCatalog() }
+            // What a read needs written is written on the primary: the subscriptions changed since the rollups last
+            // saw them, and the product catalog for the metrics that read it (from the rollups' observations, or a
+            // full scan). The metric is read where the router says (a replica of POSTGRES_READ_URL that replayed
+            // those writes, else the primary: docs/scale.md).
+            if source != .full, query.rollupRefusal(metric) == nil, try await store.metrics.rollupStatus().built {
+                try await store.metrics.applyRollups(catalog: metric.readsProductCatalog)
+            } else if metric.readsProductCatalog {
+                _ = try await store.metrics.refreshProductCatalog()
+            }
             let reads = try reading.router(primary: store.client, poolSize: 1, logger: toolLogger)
             return try await reads.whileRunning {
                 let token = try await reads.currentToken()
@@ -85,7 +104,8 @@ struct MetricsCommand: AsyncParsableCommand {
                     (part.from, part.to) = piece
                     let asked = part
                     table.rows += try await reads.read(after: token, timeout: .milliseconds(timeout + 1_000)) { client in
-                        try await MetricsStore(client: client, logger: toolLogger).metric(metric, asked, statementTimeoutMilliseconds: timeout, refreshCatalog: false)
+                        try await MetricsStore(client: client, logger: toolLogger).metric(metric, asked, statementTimeoutMilliseconds: timeout, refreshCatalog: false,
+                                                                                          source: source)
                     }.rows
                     if pieces.count > 1 { progress.update(index + 1, of: Int64(pieces.count)) }
                 }
@@ -166,6 +186,95 @@ struct MetricsCommand: AsyncParsableCommand {
             pieceStart = pieceEnd
         }
         return pieces
+    }
+}
+
+/// `pipelinectl metrics compare --from D --to D`: every metric the rollups answer, computed from them and in full;
+/// prints each row that differs and exits non-zero when one does.
+struct MetricsCompareCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "compare",
+        abstract: "Compare the metrics from the daily rollups with a full recompute; print any difference (exit 1 when there is one).",
+        discussion: "Applies the subscriptions changed since the rollups last saw them first. --from and --to are UTC days (--to included).")
+
+    @OptionGroup var connection: ConnectionOptions
+    @Option(help: "First day (YYYY-MM-DD, UTC).") var from: String
+    @Option(help: "Last day, included (YYYY-MM-DD, UTC).") var to: String
+    @Option(help: "day, week, month, quarter or year.") var bucket = "month"
+    @Option(help: "Production or Sandbox.") var environment = "Production"
+    @Option(help: "Only this app.") var bundleId: String?
+    @Option(help: "The reporting currency of money metrics (ISO 4217).") var currency = "USD"
+    @Option(help: "Each query's statement timeout, in milliseconds.") var statementTimeoutMs = 600_000
+
+    func validate() throws {
+        guard MetricBucket(rawValue: bucket) != nil else { throw ValidationError("--bucket must be day, week, month, quarter or year") }
+        guard ["Production", "Sandbox"].contains(environment) else { throw ValidationError("--environment must be Production or Sandbox") }
+        for day in [from, to] where !(day.utf8.count == 10 && (try? Date.ISO8601FormatStyle().year().month().day().parse(day)) != nil) {
+            throw ValidationError("--from and --to are UTC days (YYYY-MM-DD), not \(UntrustedText.quoted(day))")
+        }
+    }
+
+    func run() async throws {
+        let query = MetricQuery(from: try MetricsShowCommand.instant(from, endOfDay: false), to: try MetricsShowCommand.instant(to, endOfDay: true),
+                                bucket: MetricBucket(rawValue: bucket)!, environment: environment, bundleId: bundleId, currency: currency)
+        let timeout = statementTimeoutMs
+        let differences = try await connection.withMigratedStore { store in
+            guard try await store.metrics.rollupStatus().built else {
+                throw ValidationError("the rollups are not built yet: pipelinectl metrics rollups rebuild")
+            }
+            return try await store.metrics.compareRollups(query, statementTimeoutMilliseconds: timeout)
+        }
+        for difference in differences { print(difference) }
+        let compared = SubscriptionMetric.allCases.filter { $0.rollupFunction != nil }.map(\.rawValue)
+        print("\(differences.count) difference(s) in \(compared.count) metrics (\(compared.joined(separator: ", "))) and the observed product durations")
+        if !differences.isEmpty { throw ExitCode(1) }
+    }
+}
+
+/// `pipelinectl metrics rollups status|apply|rebuild`: the daily rollups the metrics are read from.
+struct MetricRollupsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rollups", abstract: "The daily rollups the metrics are read from: status, apply what changed, rebuild.",
+        subcommands: [Status.self, Apply.self, Rebuild.self])
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "status", abstract: "Whether they are built, and how many changed subscriptions wait.")
+        @OptionGroup var connection: ConnectionOptions
+
+        func run() async throws {
+            let status = try await connection.withMigratedStore { store in try await store.metrics.rollupStatus() }
+            print("built: \(status.built ? "yes" : "no (pipelinectl metrics rollups rebuild)")  periods: \(status.periods)  changed subscriptions waiting: \(status.pending)")
+        }
+    }
+
+    struct Apply: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "apply", abstract: "Apply the subscriptions changed since the rollups last saw them (the workers' maintenance round does this too).")
+        @OptionGroup var connection: ConnectionOptions
+
+        func run() async throws {
+            let applied = try await connection.withMigratedStore { store in try await store.metrics.applyRollups(catalog: true) }
+            print("applied \(applied) changed subscription(s)")
+        }
+    }
+
+    struct Rebuild: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rebuild",
+            abstract: "Build the rollups from every stored period (once after upgrading a deployment that holds a book; minutes at ten million).",
+            discussion: "The workers keep running: what they change meanwhile is applied after the build. Metrics use the full computation until it ends.")
+        @OptionGroup var connection: ConnectionOptions
+        @Option(help: "work_mem for the build's sorts (PostgreSQL's units).") var workMemory = "1GB"
+
+        func run() async throws {
+            let memory = workMemory
+            let started = ContinuousClock.now
+            let (periods, applied) = try await connection.withMigratedStore { store in
+                let periods = try await store.metrics.rebuildRollups(workMemory: memory)
+                return (periods, try await store.metrics.applyRollups(catalog: true))
+            }
+            print("built from \(periods) subscription period(s) in \(ContinuousClock.now - started); then applied \(applied) changed meanwhile")
+        }
     }
 }
 

@@ -1,0 +1,123 @@
+import EntitlementStore
+import Foundation
+import PostgresNIO
+import SubscriptionMetrics
+import TestSupport
+import Testing
+
+/// The daily rollups (migration 27) against the full computation (migration 14), on the hand-computed book.
+extension SubscriptionMetricsTests {
+    /// The queries every comparison runs: the four months by month, week and day, one app, and Sandbox.
+    static var comparedQueries: [MetricQuery] {
+        var queries: [MetricQuery] = []
+        for bucket in [MetricBucket.month, .week, .day, .quarter] {
+            var query = fourMonths
+            query.bucket = bucket
+            queries.append(query)
+        }
+        var oneApp = fourMonths
+        oneApp.bundleId = "com.example.pipeline.app"
+        queries.append(oneApp)
+        var sandbox = fourMonths
+        sandbox.environment = "Sandbox"
+        queries.append(sandbox)
+        var euros = fourMonths
+        (euros.currency, euros.from, euros.to) = ("EUR", TestDates.date("2025-12-01T00:00:00Z"), TestDates.date("2027-03-01T00:00:00Z"))
+        queries.append(euros)
+        return queries
+    }
+
+    /// Every difference `compareRollups` finds over `comparedQueries`.
+    func differences(_ store: EntitlementStore) async throws -> [String] {
+        var found: [String] = []
+        for query in Self.comparedQueries {
+            found += try await store.metrics.compareRollups(query).map { "\(query.bucket) \(query.environment) \(query.currency): \($0)" }
+        }
+        return found
+    }
+
+    /// The rollup tables' rows that do not sum to zero, as text, sorted.
+    func rollupRows(_ client: PostgresClient) async throws -> [String] {
+        var rows: [String] = []
+        let tables = [
+            ("metric_rollup_active", "delta <> 0"), ("metric_rollup_mrr", "amount <> 0 OR periods <> 0 OR unpriced <> 0"), ("metric_rollup_starts", "count <> 0"),
+            ("metric_rollup_refunds", "paid <> 0 OR refunded <> 0 OR refunded_amount <> 0 OR refunded_unpriced <> 0"),
+            ("metric_rollup_retention", "subscriptions <> 0"), ("metric_rollup_mrr_movement", "amount <> 0 OR periods <> 0 OR unpriced <> 0"),
+            ("metric_rollup_churn_corners", "weight <> 0"), ("metric_rollup_churn_edges", "weight <> 0"), ("metric_rollup_product_durations", "periods <> 0"),
+        ]
+        for (table, nonZero) in tables {
+            let query = PostgresQuery(unsafeSQL: "SELECT '\(table) ' || row_to_json(t)::text FROM \(table) t WHERE \(nonZero)")
+            for try await row in try await client.query(query, logger: Self.logger).decode(String.self) { rows.append(row) }
+        }
+        return rows.sorted()
+    }
+
+    @Test("the rollups answer every metric as the full computation does, and the compare finds a corrupted rollup")
+    func rollupsAgreeWithFullComputation() async throws {
+        let records = try await records(Self.book())
+        try await withStore { store, client in
+            _ = try await store.store(records)
+            let status = try await store.metrics.rollupStatus()
+            #expect(status.built)
+            #expect(try await differences(store) == [])
+            #expect(try await store.metrics.rollupStatus().pending == 0)
+            let periods = try await store.metrics.rollupStatus().periods
+            #expect(periods > 30, "\(periods) periods")
+
+            // Read explicitly from each source: the same tables.
+            for metric in SubscriptionMetric.allCases where metric.rollupFunction != nil {
+                let rollups = try await store.metrics.metric(metric, Self.fourMonths, source: .rollups)
+                let full = try await store.metrics.metric(metric, Self.fourMonths, source: .full)
+                #expect(rollups == full, "\(metric.rawValue)")
+                #expect(!rollups.rows.isEmpty)
+            }
+            // A filter the rollups do not keep is refused when they are asked, and answered in full otherwise.
+            var filtered = Self.fourMonths
+            filtered.storefront = "DEU"
+            await #expect(throws: MetricRollupsUnavailable.self) { try await store.metrics.metric(.mrr, filtered, source: .rollups) }
+            var midday = Self.fourMonths
+            midday.from = TestDates.date("2026-01-01T12:00:00Z")
+            #expect(midday.rollupRefusal(.mrr) != nil)
+            #expect(Self.fourMonths.rollupRefusal(.refundRequests) != nil)
+
+            // A manual duration and a new expiry leeway reach the rollups through the subscriptions they mark.
+            try await store.metrics.setProductDuration(productId: "com.example.pipeline.basic.monthly", duration: "P3M")
+            #expect(try await store.metrics.rollupStatus().pending > 0)
+            try await client.query("UPDATE entitlement_settings SET expiry_leeway = interval '10 days'", logger: Self.logger)
+            #expect(try await differences(store) == [])
+
+            // The compare can fail: one corrupted count, in a month the four months cover.
+            try await client.query(
+                "UPDATE metric_rollup_active SET delta = delta + 1 WHERE (environment, bundle_id, day, kind) IN (SELECT environment, bundle_id, day, kind FROM metric_rollup_active WHERE environment = 'Production' AND kind = 'paid' AND day < '2026-03-01' ORDER BY day LIMIT 1)",
+                logger: Self.logger)
+            let found = try await store.metrics.compareRollups(Self.fourMonths)
+            #expect(found.contains { $0.metric == "active-subscriptions" })
+            #expect(found.contains { $0.metric == "mrr" } == false)
+        }
+    }
+
+    @Test("rollups kept batch by batch, shuffled and replayed, equal a rebuild from scratch")
+    func incrementalEqualsRebuild() async throws {
+        let records = try await records(Self.book())
+        var generator = SplitMix64(seed: 3)
+        let shuffled = records.shuffled(using: &generator)
+        try await withStore { store, client in
+            var index = 0
+            while index < shuffled.count {
+                let size = Int(generator.next() % 5) + 1
+                _ = try await store.store(Array(shuffled[index..<min(index + size, shuffled.count)]))
+                // Applied between batches, as the workers' maintenance round and the metric reads do.
+                if generator.next() % 2 == 0 { _ = try await store.metrics.applyRollups(catalog: true) }
+                index += size
+            }
+            _ = try await store.store(shuffled)
+            #expect(try await differences(store) == [])
+            let incremental = try await rollupRows(client)
+            #expect(incremental.count > 50)
+            let rebuilt = try await store.metrics.rebuildRollups()
+            #expect(rebuilt > 30, "\(rebuilt) periods")
+            #expect(try await rollupRows(client) == incremental)
+            #expect(try await differences(store) == [])
+        }
+    }
+}
