@@ -120,4 +120,29 @@ extension SubscriptionMetricsTests {
             #expect(try await differences(store) == [])
         }
     }
+
+    @Test("a change still uncommitted while the rollups are applied is applied after it commits, not lost")
+    func uncommittedChangeIsNotLost() async throws {
+        let records = try await records(Self.book())
+        try await withStore { store, client in
+            _ = try await store.store(records)
+            #expect(try await differences(store) == [])
+            // S1 changed and committed, not applied yet: its row waits in the changed set.
+            let s1 = "4100000001"
+            try await client.query("UPDATE transactions SET expires_date = expires_date + interval '1 day' WHERE original_transaction_id = \(s1) AND transaction_id = '4200000102'",
+                                   logger: Self.logger)
+            #expect(try await store.metrics.rollupStatus().pending == 1)
+            // A worker's transaction changes S1 again and is still open while the aggregator runs: the trigger's
+            // upsert holds S1's row, so the aggregator skips it instead of reading S1 without the change.
+            try await client.withTransaction(logger: Self.logger) { connection in
+                try await connection.query(
+                    "UPDATE transactions SET revocation_date = purchase_date + interval '3 days', revocation_reason = 0 WHERE original_transaction_id = \(s1) AND transaction_id = '4200000103'",
+                    logger: Self.logger)
+                #expect(try await store.metrics.applyRollups() == 0)
+            }
+            #expect(try await store.metrics.rollupStatus().pending == 1)
+            #expect(try await differences(store) == [])
+            #expect(try await store.metrics.rollupStatus().pending == 0)
+        }
+    }
 }
