@@ -28,6 +28,8 @@ public enum DistributionLayout {
         // The metrics' computed periods and the subscriptions changed since (migration 27): one subscription's rows.
         "metric_periods": "original_transaction_id",
         "metric_dirty_subscriptions": "original_transaction_id",
+        // Refund-request changes the archive's triggers append, with the archived notification's routing key.
+        "metric_refund_request_changes": "routing_key",
     ]
 
     /// Small tables that distributed rows are checked against or joined with, copied to every node
@@ -48,6 +50,6 @@ public enum DistributionLayout {
         // and read by the metric functions, both on the coordinator.
         "metric_rollup_state", "metric_rollup_active", "metric_rollup_mrr", "metric_rollup_starts", "metric_rollup_refunds",
         "metric_rollup_retention", "metric_rollup_mrr_movement", "metric_rollup_churn_corners", "metric_rollup_churn_edges",
-        "metric_rollup_product_durations",
+        "metric_rollup_product_durations", "metric_rollup_refund_requests",
     ]
 }

@@ -286,6 +286,9 @@ extension ErasureStore {
             for (index, table) in tables.enumerated() { counts[table.0, default: 0] += Int(try cells[index].decode(Int64.self)) }
         }
         counts["notifications"] = counts["notification_archive"]
+        // The metrics' rollups: the erased subscriptions' periods and marks go, their contribution is subtracted
+        // (their deletes above marked them), and refund-request changes naming them are folded into bare counts.
+        try await connection.query("SELECT metric_rollups_forget(\(otids)::text[])", logger: logger)
 
         if emitsEvents {
             let time = Timestamp(now)

@@ -100,6 +100,10 @@ public struct PartitionMaintenance: Sendable {
                     try await connection.query(PostgresQuery(unsafeSQL: "ALTER TABLE \(parent) DETACH PARTITION \(name) \(detach)"), logger: logger)
                 }
                 try await connection.query(PostgresQuery(unsafeSQL: "DROP TABLE IF EXISTS \(name)"), logger: logger)
+                if partition.parent == "notification_archive" {
+                    // The metrics' refund-request counts of that month go with it, as the full computation sees it.
+                    try await connection.query("SELECT metric_rollups_forget_archive(\(partition.lowerBound), \(partition.upperBound))", logger: logger)
+                }
                 return
             } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" && attempt < attempts {
                 logger.debug("partition drop waited too long for a lock, tried again", metadata: ["partition": "\(partition.name)"])

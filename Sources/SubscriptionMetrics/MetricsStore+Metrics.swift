@@ -68,11 +68,8 @@ public enum SubscriptionMetric: String, CaseIterable, Sendable {
     /// Whether it sums money (and so takes a reporting currency).
     public var takesCurrency: Bool { columns.contains("currency") }
 
-    /// The function answering it from migration 27's daily rollups, when there is one: `refund-requests` counts
-    /// notifications through the archive's index of their types and has none.
-    public var rollupFunction: String? {
-        self == .refundRequests ? nil : "metric_rollup_" + function.dropFirst("metric_".count)
-    }
+    /// The function answering it from migration 27's daily rollups.
+    public var rollupFunction: String { "metric_rollup_" + function.dropFirst("metric_".count) }
 }
 
 /// Where a metric is computed from (docs/scale.md, "Metrics from rollups").
@@ -96,7 +93,6 @@ extension MetricQuery {
     /// day, so a product or storefront filter, or a range whose ends are not UTC midnights, needs the full
     /// computation.
     public func rollupRefusal(_ metric: SubscriptionMetric) -> String? {
-        if metric.rollupFunction == nil { return "\(metric.rawValue) has no rollup (it counts archived notifications by an index)" }
         if productId != nil { return "a product filter" }
         if storefront != nil { return "a storefront filter" }
         let midnight = { (date: Date) in date.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400) == 0 }
@@ -237,7 +233,7 @@ extension MetricsStore {
             }
             if fromRollups {
                 if refreshCatalog { try await Self.catchUp(catalog: metric.readsProductCatalog, on: connection, logger: logger) }
-                let function = metric.rollupFunction!
+                let function = metric.rollupFunction
                 let sql: PostgresQuery = metric.takesCurrency
                     ? "SELECT \(unescaped: select) FROM \(unescaped: function)(\(query.from), \(query.to), \(query.bucket.rawValue), \(query.environment), \(query.bundleId), \(query.currency))"
                     : "SELECT \(unescaped: select) FROM \(unescaped: function)(\(query.from), \(query.to), \(query.bucket.rawValue), \(query.environment), \(query.bundleId))"
@@ -334,6 +330,13 @@ extension MetricsStore {
         }
     }
 
+    /// Whether the rollups are built (a read of one row; `rollupStatus` counts what they hold).
+    public func rollupsBuilt() async throws -> Bool {
+        var built = false
+        for try await value in try await client.query("SELECT built FROM metric_rollup_state", logger: logger).decode(Bool.self) { built = value }
+        return built
+    }
+
     /// Whether the rollups are built, and how much they hold and have still to apply.
     public func rollupStatus() async throws -> MetricRollupStatus {
         let rows = try await client.query(
@@ -356,7 +359,7 @@ extension MetricsStore {
         _ = try await refreshProductCatalog()
         _ = try await applyRollups(catalog: false)
         var differences: [MetricDifference] = []
-        for metric in SubscriptionMetric.allCases where metric.rollupFunction != nil {
+        for metric in SubscriptionMetric.allCases {
             let full = try await self.metric(metric, query, statementTimeoutMilliseconds: statementTimeoutMilliseconds, refreshCatalog: false, source: .full)
             let rollups = try await self.metric(metric, query, statementTimeoutMilliseconds: statementTimeoutMilliseconds, refreshCatalog: false, source: .rollups)
             for index in 0..<max(full.rows.count, rollups.rows.count) {

@@ -90,7 +90,7 @@ struct MetricsShowCommand: AsyncParsableCommand {
             // saw them, and the product catalog for the metrics that read it (from the rollups' observations, or a
             // full scan). The metric is read where the router says (a replica of POSTGRES_READ_URL that replayed
             // those writes, else the primary: docs/scale.md).
-            if source != .full, query.rollupRefusal(metric) == nil, try await store.metrics.rollupStatus().built {
+            if source != .full, query.rollupRefusal(metric) == nil, try await store.metrics.rollupsBuilt() {
                 try await store.metrics.applyRollups(catalog: metric.readsProductCatalog)
             } else if metric.readsProductCatalog {
                 _ = try await store.metrics.refreshProductCatalog()
@@ -219,13 +219,13 @@ struct MetricsCompareCommand: AsyncParsableCommand {
                                 bucket: MetricBucket(rawValue: bucket)!, environment: environment, bundleId: bundleId, currency: currency)
         let timeout = statementTimeoutMs
         let differences = try await connection.withMigratedStore { store in
-            guard try await store.metrics.rollupStatus().built else {
+            guard try await store.metrics.rollupsBuilt() else {
                 throw ValidationError("the rollups are not built yet: pipelinectl metrics rollups rebuild")
             }
             return try await store.metrics.compareRollups(query, statementTimeoutMilliseconds: timeout)
         }
         for difference in differences { print(difference) }
-        let compared = SubscriptionMetric.allCases.filter { $0.rollupFunction != nil }.map(\.rawValue)
+        let compared = SubscriptionMetric.allCases.map(\.rawValue)
         print("\(differences.count) difference(s) in \(compared.count) metrics (\(compared.joined(separator: ", "))) and the observed product durations")
         if !differences.isEmpty { throw ExitCode(1) }
     }
