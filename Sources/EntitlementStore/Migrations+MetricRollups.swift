@@ -533,6 +533,11 @@ extension Migrations {
                 AND archived_transaction_info(n) IS NOT NULL AND coalesce(archived_transaction_info(n)->>'inAppOwnershipType', '') <> 'FAMILY_SHARED'
             GROUP BY 1, 2, 3, 4;
             UPDATE metric_rollup_state SET built = true, built_at = now();
+            -- Statistics now, not when autovacuum comes: the metric functions join their rollups by estimates, and a
+            -- rollup analyzed while empty made MRR a nested loop of 6 603 × 1 616 rows (0.7 s instead of 24 ms).
+            ANALYZE metric_periods, metric_rollup_active, metric_rollup_mrr, metric_rollup_starts, metric_rollup_refunds, metric_rollup_retention,
+                metric_rollup_mrr_movement, metric_rollup_churn_corners, metric_rollup_churn_edges, metric_rollup_product_durations,
+                metric_rollup_refund_requests;
             RETURN (SELECT count(*) FROM metric_periods);
         END
         $f$
