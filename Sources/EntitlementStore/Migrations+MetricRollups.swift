@@ -45,6 +45,12 @@ extension Migrations {
         """
     }
 
+    /// The rollup tables' storage: every apply rewrites the same few thousand rows, so half of each page is left free
+    /// for the new versions (an update on the same page touches no index), and autovacuum and analyze come after
+    /// 10 000 changed rows, not after a fifth of the table (measured on a book of a million applied incrementally:
+    /// 45 MB of dead versions behind 9 133 rows of MRR, and reads twice as slow as after a rebuild).
+    static let rollupStorage = "WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000)"
+
     /// Migration 27: the metrics from daily rollups (docs/scale.md, "Metrics from rollups").
     ///
     /// Every metric but `refund-requests` (counts of archived notifications, kept by the archive's own triggers) is a
@@ -117,7 +123,7 @@ extension Migrations {
         CREATE TABLE metric_rollup_active (
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, kind text NOT NULL, delta bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, kind)
-        )
+        ) \(rollupStorage)
         """,
         // Paid coverage's money: by currency ('' for none) and purchase day, the day the rate is taken on.
         """
@@ -125,28 +131,28 @@ extension Migrations {
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, currency text NOT NULL, purchase_day date NOT NULL,
             amount numeric NOT NULL, periods bigint NOT NULL, unpriced bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, currency, purchase_day)
-        )
+        ) \(rollupStorage)
         """,
         // Counts by day: trial, paid and family-shared starts, resubscriptions, trials by outcome.
         """
         CREATE TABLE metric_rollup_starts (
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, kind text NOT NULL, count bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, kind)
-        )
+        ) \(rollupStorage)
         """,
         """
         CREATE TABLE metric_rollup_refunds (
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, currency text NOT NULL,
             paid bigint NOT NULL, refunded bigint NOT NULL, refunded_amount numeric NOT NULL, refunded_unpriced bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, currency)
-        )
+        ) \(rollupStorage)
         """,
         // Cohorts: by the first paid day, how many paid periods (not refunded) each subscription has.
         """
         CREATE TABLE metric_rollup_retention (
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, periods bigint NOT NULL, subscriptions bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, periods)
-        )
+        ) \(rollupStorage)
         """,
         // Paid periods that start a subscription ('new'), resume one ('resubscription') or churn ('infinity': never).
         """
@@ -154,7 +160,7 @@ extension Migrations {
             environment text NOT NULL, bundle_id text NOT NULL, purchase_day date NOT NULL, churn_day date NOT NULL, currency text NOT NULL,
             started text NOT NULL, amount numeric NOT NULL, periods bigint NOT NULL, unpriced bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, purchase_day, churn_day, currency, started)
-        )
+        ) \(rollupStorage)
         """,
         "CREATE INDEX metric_rollup_mrr_movement_by_churn ON metric_rollup_mrr_movement (environment, churn_day)",
         // Churn: a subscription counts in a bucket [s, e) (midnights) when it is paid-active at s, not at e, and one of
@@ -166,13 +172,13 @@ extension Migrations {
         CREATE TABLE metric_rollup_churn_corners (
             environment text NOT NULL, bundle_id text NOT NULL, ce date NOT NULL, cs date NOT NULL, weight bigint NOT NULL,
             PRIMARY KEY (environment, ce, bundle_id, cs)
-        )
+        ) \(rollupStorage)
         """,
         """
         CREATE TABLE metric_rollup_churn_edges (
             environment text NOT NULL, bundle_id text NOT NULL, ce date NOT NULL, weight bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, ce)
-        )
+        ) \(rollupStorage)
         """,
         // Refund requests by outcome: counts by signed day of the archived notifications `metric_refund_requests`
         // counts. The archive's triggers append a change per notification (no row is shared between workers, so
@@ -181,7 +187,7 @@ extension Migrations {
         CREATE TABLE metric_rollup_refund_requests (
             environment text NOT NULL, bundle_id text NOT NULL, day date NOT NULL, notification_type text NOT NULL, count bigint NOT NULL,
             PRIMARY KEY (environment, bundle_id, day, notification_type)
-        )
+        ) \(rollupStorage)
         """,
         """
         CREATE TABLE metric_refund_request_changes (
@@ -196,7 +202,7 @@ extension Migrations {
         CREATE TABLE metric_rollup_product_durations (
             product_id text NOT NULL, duration text NOT NULL, periods bigint NOT NULL,
             PRIMARY KEY (product_id, duration)
-        )
+        ) \(rollupStorage)
         """,
 
         // MARK: Marking changed subscriptions

@@ -10,9 +10,10 @@ import TestSupport
 /// Creates a database of its own on the PostgreSQL of the argument, migrates it, and fills `transactions` with
 /// SUBSCRIPTIONS synthetic subscriptions (monthly and yearly products, a third starting with a week's free trial,
 /// one in fifty refunded, one in twenty family-shared, two currencies, one to twelve periods each, starts spread over
-/// 2025): about 3.3 transactions per subscription, so the default 300 000 is a million rows. Then times every metric
-/// over 2025 by month, Production, one bundle (the reference in the same run: `SELECT count(*)` over the same rows,
-/// one sequential scan), and prints `EXPLAIN (ANALYZE, BUFFERS)` of the heaviest with `--explain`.
+/// 2025): about 3.3 transactions per subscription, so the default 300 000 is a million rows. Then applies them to the
+/// daily rollups, times every metric over 2025 by month, Production, one bundle, computed in full and from the
+/// rollups, and says whether both gave the same rows (the reference in the same run: `SELECT count(*)` over the same
+/// rows, one sequential scan), and prints `EXPLAIN (ANALYZE, BUFFERS)` of the heaviest full one with `--explain`.
 ///
 /// Usage: metrics-bench POSTGRES_URL [SUBSCRIPTIONS=300000] [--explain]
 @main
@@ -76,15 +77,26 @@ struct MetricsBench {
             let scan = ContinuousClock.now - reference
             print("reference: one count(*) scan of the rows: \(seconds(scan)) s")
 
+            // The rollups (migration 27) were built empty by the migration; the fill marked every subscription
+            // changed, and the aggregator applies them as the workers' maintenance round would.
+            let metrics = MetricsStore(client: store.client, logger: store.logger)
+            let applying = ContinuousClock.now
+            let applied = try await metrics.applyRollups(catalog: true)
+            print("rollups: \(applied) changed subscriptions applied in \(seconds(ContinuousClock.now - applying)) s")
+
             let query = MetricQuery(from: Date(timeIntervalSince1970: 1_735_689_600), to: Date(timeIntervalSince1970: 1_767_225_600), bucket: .month,
                                     environment: "Production", bundleId: "com.example.bench")
-            print("metric                  seconds   × scan   rows  (2025 by month, Production, one bundle)")
+            print("metric                  full s    × scan   rollups s  × scan   same rows  (2025 by month, Production, one bundle)")
             for metric in SubscriptionMetric.allCases {
                 let started = ContinuousClock.now
-                let table = try await MetricsStore(client: store.client, logger: store.logger).metric(metric, query, statementTimeoutMilliseconds: 600_000, refreshCatalog: false)
-                let took = ContinuousClock.now - started
-                print("\(metric.rawValue.padding(toLength: 22, withPad: " ", startingAt: 0))  \(seconds(took).padding(toLength: 8, withPad: " ", startingAt: 0))  "
-                    + String(format: "%6.1f", ratio(took, scan)) + "  \(table.rows.count)")
+                let full = try await metrics.metric(metric, query, statementTimeoutMilliseconds: 600_000, refreshCatalog: false, source: .full)
+                let fullTook = ContinuousClock.now - started
+                let rolled = ContinuousClock.now
+                let rollups = try await metrics.metric(metric, query, statementTimeoutMilliseconds: 600_000, refreshCatalog: false, source: .rollups)
+                let rollupsTook = ContinuousClock.now - rolled
+                print("\(metric.rawValue.padding(toLength: 22, withPad: " ", startingAt: 0))  \(seconds(fullTook).padding(toLength: 8, withPad: " ", startingAt: 0))  "
+                    + String(format: "%6.1f", ratio(fullTook, scan)) + "   \(seconds(rollupsTook).padding(toLength: 9, withPad: " ", startingAt: 0))  "
+                    + String(format: "%6.3f", ratio(rollupsTook, scan)) + "   \(full == rollups ? "yes" : "NO")")
             }
             let refresh = ContinuousClock.now
             _ = try await MetricsStore(client: store.client, logger: store.logger).refreshProductCatalog()
