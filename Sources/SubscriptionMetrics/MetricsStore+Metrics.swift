@@ -92,7 +92,7 @@ extension MetricQuery {
     /// Why the rollups cannot answer this query, or nil when they can: they are kept per environment, app and UTC
     /// day, so a product or storefront filter, or a range whose ends are not UTC midnights, needs the full
     /// computation.
-    public func rollupRefusal(_ metric: SubscriptionMetric) -> String? {
+    public var rollupRefusal: String? {
         if productId != nil { return "a product filter" }
         if storefront != nil { return "a storefront filter" }
         let midnight = { (date: Date) in date.timeIntervalSince1970.truncatingRemainder(dividingBy: 86_400) == 0 }
@@ -221,7 +221,7 @@ extension MetricsStore {
         let select = metric.columns.map { column in
             column.hasPrefix("bucket_") ? "to_char(\(column) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')" : "\(column)::text"
         }.joined(separator: ", ")
-        let refusal = query.rollupRefusal(metric)
+        let refusal = query.rollupRefusal
         if source == .rollups, let refusal { throw MetricRollupsUnavailable(reason: refusal) }
         return try await client.withTransaction(logger: logger) { connection in
             try await connection.query(PostgresQuery(unsafeSQL: "SET LOCAL statement_timeout = \(max(1, statementTimeoutMilliseconds))"), logger: logger)
@@ -279,8 +279,7 @@ extension MetricsStore {
         var applied = 0
         func drain() async throws {
             while true {
-                var claimed = 0
-                for try await count in try await connection.query("SELECT metric_rollups_apply(\(rollupBatch)::integer)", logger: logger).decode(Int32.self) { claimed = Int(count) }
+                let claimed = try await applyBatch(on: connection, logger: logger)
                 applied += claimed
                 if claimed == 0 { return }
             }
@@ -293,17 +292,22 @@ extension MetricsStore {
         return applied
     }
 
+    /// One `metric_rollups_apply` call: how many changed subscriptions and refund-request changes it applied.
+    static func applyBatch(on connection: PostgresConnection, logger: Logger) async throws -> Int {
+        var claimed = 0
+        for try await count in try await connection.query("SELECT metric_rollups_apply(\(rollupBatch)::integer)", logger: logger).decode(Int32.self) {
+            claimed = Int(count)
+        }
+        return claimed
+    }
+
     /// Applies the subscriptions changed since the rollups last saw them, in transactions of `rollupBatch`
     /// subscriptions (the workers' maintenance round calls this; so does a metric read). Returns how many.
     @discardableResult
     public func applyRollups(catalog: Bool = false) async throws -> Int {
         var total = 0
         while true {
-            let applied = try await client.withTransaction(logger: logger) { connection in
-                var claimed = 0
-                for try await count in try await connection.query("SELECT metric_rollups_apply(\(Self.rollupBatch)::integer)", logger: logger).decode(Int32.self) { claimed = Int(count) }
-                return claimed
-            }
+            let applied = try await client.withTransaction(logger: logger) { connection in try await Self.applyBatch(on: connection, logger: logger) }
             total += applied
             if applied == 0 { break }
         }

@@ -83,14 +83,14 @@ struct MetricsShowCommand: AsyncParsableCommand {
                                 storefront: storefront, currency: currency)
         let timeout = statementTimeoutMs
         let source = MetricSource(rawValue: source)!
-        if source == .rollups, let refusal = query.rollupRefusal(metric) { throw ValidationError("--source rollups: \(refusal)") }
+        if source == .rollups, let refusal = query.rollupRefusal { throw ValidationError("--source rollups: \(refusal)") }
         let reading = try connection.configuration().reads
         let table = try await connection.withMigratedStore { store in
             // What a read needs written is written on the primary: the subscriptions changed since the rollups last
             // saw them, and the product catalog for the metrics that read it (from the rollups' observations, or a
             // full scan). The metric is read where the router says (a replica of POSTGRES_READ_URL that replayed
             // those writes, else the primary: docs/scale.md).
-            if source != .full, query.rollupRefusal(metric) == nil, try await store.metrics.rollupsBuilt() {
+            if source != .full, query.rollupRefusal == nil, try await store.metrics.rollupsBuilt() {
                 try await store.metrics.applyRollups(catalog: metric.readsProductCatalog)
             } else if metric.readsProductCatalog {
                 _ = try await store.metrics.refreshProductCatalog()

@@ -67,5 +67,20 @@ struct MetricsCommandTests {
         #expect(alias.output.hasPrefix("bucket_start,bucket_end,currency,paid_periods,refunded,refund_rate"), "\(alias.output)")
         let year = try await runPipelinectl(["metrics", "new-subscriptions", "--from", "2024-01-01", "--to", "2025-12-31", "--csv"], postgresURL: database)
         #expect(year.output.split(separator: "\n").count == 25 && year.output.contains("2024-12-01T00:00:00Z,2025-01-01T00:00:00Z"))
+
+        // The rollups (built by the migration on this empty database): both sources give the same rows, a filter
+        // they do not keep is refused when they are asked for, and the compare finds nothing and says so.
+        let status = try await runPipelinectl(["metrics", "rollups", "status"], postgresURL: database)
+        #expect(status.status == 0 && status.output.contains("built: yes"), "\(status.output)")
+        let fromRollups = try await runPipelinectl(["metrics", "churn", "--from", "2026-01-01", "--to", "2026-03-31", "--csv", "--source", "rollups"], postgresURL: database)
+        let inFull = try await runPipelinectl(["metrics", "churn", "--from", "2026-01-01", "--to", "2026-03-31", "--csv", "--source", "full"], postgresURL: database)
+        #expect(fromRollups.status == 0 && fromRollups.output == inFull.output && fromRollups.output.split(separator: "\n").count == 4, "\(fromRollups.output)")
+        let filtered = try await runPipelinectl(["metrics", "mrr", "--from", "2026-01-01", "--to", "2026-03-31", "--storefront", "USA", "--source", "rollups"],
+                                                postgresURL: database, includeErrors: true)
+        #expect(filtered.status != 0 && filtered.output.contains("a storefront filter"), "\(filtered.output)")
+        let compare = try await runPipelinectl(["metrics", "compare", "--from", "2026-01-01", "--to", "2026-03-31"], postgresURL: database)
+        #expect(compare.status == 0 && compare.output.contains("0 difference(s) in 9 metrics"), "\(compare.output)")
+        let notDays = try await runPipelinectl(["metrics", "compare", "--from", "2026-01-01T12:00:00Z", "--to", "2026-03-31"], postgresURL: database, includeErrors: true)
+        #expect(notDays.status != 0 && notDays.output.contains("are UTC days"), "\(notDays.output)")
     }
 }

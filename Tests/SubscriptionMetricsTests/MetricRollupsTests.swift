@@ -78,8 +78,8 @@ extension SubscriptionMetricsTests {
             await #expect(throws: MetricRollupsUnavailable.self) { try await store.metrics.metric(.mrr, filtered, source: .rollups) }
             var midday = Self.fourMonths
             midday.from = TestDates.date("2026-01-01T12:00:00Z")
-            #expect(midday.rollupRefusal(.mrr) != nil)
-            #expect(Self.fourMonths.rollupRefusal(.refundRequests) == nil)
+            #expect(midday.rollupRefusal != nil)
+            #expect(Self.fourMonths.rollupRefusal == nil)
 
             // A manual duration and a new expiry leeway reach the rollups through the subscriptions they mark.
             try await store.metrics.setProductDuration(productId: "com.example.pipeline.basic.monthly", duration: "P3M")
