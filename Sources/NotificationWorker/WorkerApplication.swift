@@ -73,7 +73,7 @@ package func buildWorkerServices(
     let maintenance = WorkerMaintenance(
         worker: worker, retention: RetentionStore(client: postgres, logger: logger), policy: configuration.retention, interval: configuration.retentionInterval,
         metrics: metrics, logger: logger)
-    let rollups = MetricRollupsAggregator(client: postgres, interval: configuration.metricRollupsInterval, logger: logger)
+    let rollups = MetricRollupsAggregator(client: postgres, interval: configuration.metricRollupsInterval, metrics: metrics, logger: logger)
     return WorkerServices(
         services: [postgres, deadLetters] + relayServices + [consumer, worker, consumptionGauge, maintenance, rollups] + healServices + [ops], worker: worker)
 }
@@ -136,6 +136,7 @@ struct WorkerMaintenance: Service {
 struct MetricRollupsAggregator: Service {
     let client: PostgresClient
     let interval: Duration
+    let metrics: WorkerMetrics
     let logger: Logger
 
     /// "mrag": the lock that elects the worker applying this round.
@@ -144,14 +145,15 @@ struct MetricRollupsAggregator: Service {
     func run() async throws {
         await repeatUntilGracefulShutdown(every: interval, firstAfter: interval) {
             do {
+                let store = MetricsStore(client: client, logger: logger)
                 let applied = try await client.withConnection { connection in
                     var locked = false
                     for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
                         locked = value
                     }
-                    guard locked else { return 0 }
+                    guard locked else { return nil as Int? }
                     do {
-                        let applied = try await MetricsStore(client: client, logger: logger).applyRollups(catalog: false)
+                        let applied = try await store.applyRollups(catalog: false)
                         _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
                         return applied
                     } catch {
@@ -159,6 +161,10 @@ struct MetricRollupsAggregator: Service {
                         throw error
                     }
                 }
+                // Only the worker that ran the round reads what is left (the others keep their last reading).
+                guard let applied else { return }
+                metrics.metricRollupsApplied(applied)
+                metrics.metricRollupsPending.record(Double(try await store.rollupsPending()))
                 if applied > 0 { logger.debug("metric rollups: applied \(applied) changed subscription(s)") }
             } catch {
                 logger.warning("applying the metric rollups failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")

@@ -16,6 +16,9 @@ package struct WorkerMetrics: Sendable {
     /// (negative once missed): refunds are decided without your data after it.
     let consumptionRequestsPending: Gauge
     let consumptionRequestDeadline: Gauge
+    /// Subscriptions changed since the metrics' daily rollups last saw them, as the worker that applied them last
+    /// read it after its round (every worker exports its last reading; take the max).
+    let metricRollupsPending: Gauge
 
     package init(registry: PrometheusCollectorRegistry) {
         self.registry = registry
@@ -40,6 +43,9 @@ package struct WorkerMetrics: Sendable {
             descriptor: .init(
                 metricName: "worker_consumption_request_deadline", unitName: "seconds",
                 helpText: "Seconds until the nearest unanswered consumption request's deadline (negative: missed; 43200 when none)"))
+        metricRollupsPending = registry.makeGauge(
+            descriptor: .init(metricName: "worker_metric_rollups_pending", unitName: "",
+                              helpText: "Changed subscriptions the metrics' daily rollups have not applied yet, after this worker's last round"))
     }
 
     /// Adds `count` (nothing when 0) to the counter `<name>_total` of `labels`.
@@ -88,6 +94,11 @@ package struct WorkerMetrics: Sendable {
     /// Erasures the worker ran (queued by RESCIND_CONSENT) and rows the retention job deleted, by store.
     func erasuresRun(_ count: Int) {
         add(count, to: "erasures_completed", help: "Erasures run by the worker (RESCIND_CONSENT)")
+    }
+
+    /// Changed subscriptions and refund-request changes this worker applied to the metrics' daily rollups.
+    func metricRollupsApplied(_ count: Int) {
+        add(count, to: "worker_metric_rollups_applied", help: "Changed subscriptions and refund-request changes applied to the metrics' daily rollups")
     }
 
     func retentionDeleted(store: String, _ count: Int) {

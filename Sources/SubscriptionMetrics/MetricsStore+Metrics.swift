@@ -344,6 +344,13 @@ extension MetricsStore {
         return built
     }
 
+    /// Changed subscriptions the rollups have not applied yet.
+    public func rollupsPending() async throws -> Int64 {
+        var pending: Int64 = 0
+        for try await value in try await client.query("SELECT count(*) FROM metric_dirty_subscriptions", logger: logger).decode(Int64.self) { pending = value }
+        return pending
+    }
+
     /// Whether the rollups are built, and how much they hold and have still to apply.
     public func rollupStatus() async throws -> MetricRollupStatus {
         let rows = try await client.query(
