@@ -19,7 +19,8 @@ extension Migrations {
                 lead(p.is_paid) OVER w, lead(p.is_refunded) OVER w,
                 CASE WHEN p.product_id IS NOT NULL AND p.expires_date > p.purchase_date AND p.offer_type IS NULL
                     AND p.billing_plan_type IS DISTINCT FROM 'MONTHLY' AND NOT p.is_upgraded
-                    THEN apple_subscription_duration(p.expires_date - p.purchase_date) END
+                    THEN apple_subscription_duration(p.expires_date - p.purchase_date) END,
+                p.duration
             FROM subscription_periods p
             LEFT JOIN subscription_paid_periods pp ON pp.environment = p.environment AND pp.bundle_id = p.bundle_id
                 AND pp.original_transaction_id = p.original_transaction_id AND pp.transaction_id = p.transaction_id\(onPaid)
@@ -107,6 +108,7 @@ extension Migrations {
             next_is_paid boolean,
             next_is_refunded boolean,
             observed_duration text,
+            duration text,
             PRIMARY KEY (original_transaction_id, environment, bundle_id, transaction_id)
         )
         """,
@@ -266,13 +268,21 @@ extension Migrations {
         $$
         """,
         // A product's duration changes its periods' monthly value; the expiry leeway changes resubscriptions and churn.
+        // A period already computed with the new duration keeps its value: only the others' subscriptions are marked
+        // (the catalog's first fill, from the durations the periods were read with, then marks few).
         """
         CREATE FUNCTION metric_mark_product() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
-            INSERT INTO metric_dirty_subscriptions AS d (original_transaction_id)
-            SELECT DISTINCT original_transaction_id FROM metric_periods
-            WHERE product_id = CASE WHEN TG_OP = 'DELETE' THEN OLD.product_id ELSE NEW.product_id END ORDER BY 1
-            ON CONFLICT (original_transaction_id) DO UPDATE SET marked_at = EXCLUDED.marked_at;
+            IF TG_OP = 'DELETE' THEN
+                INSERT INTO metric_dirty_subscriptions AS d (original_transaction_id)
+                SELECT DISTINCT original_transaction_id FROM metric_periods WHERE product_id = OLD.product_id ORDER BY 1
+                ON CONFLICT (original_transaction_id) DO UPDATE SET marked_at = EXCLUDED.marked_at;
+            ELSE
+                INSERT INTO metric_dirty_subscriptions AS d (original_transaction_id)
+                SELECT DISTINCT original_transaction_id FROM metric_periods
+                WHERE product_id = NEW.product_id AND duration IS DISTINCT FROM NEW.duration ORDER BY 1
+                ON CONFLICT (original_transaction_id) DO UPDATE SET marked_at = EXCLUDED.marked_at;
+            END IF;
             RETURN NULL;
         END
         $$
