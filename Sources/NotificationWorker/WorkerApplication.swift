@@ -104,20 +104,13 @@ struct WorkerMaintenance: Service {
                 logger.warning("creating the coming months' partitions failed, retried next round: \(UntrustedText.escaped(String(describing: error), limit: 400))")
             }
             do {
-                let deleted = try await retention.client.withConnection { connection in
-                    var locked = false
-                    for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
-                        locked = value
+                let deleted: [String: Int]
+                do {
+                    deleted = try await EntitlementStore(client: retention.client, logger: logger).withAdvisoryLock(Self.lockKey, name: "retention round") {
+                        try await retention.prune(policy)
                     }
-                    guard locked else { return [String: Int]() }
-                    do {
-                        let deleted = try await retention.prune(policy)
-                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                        return deleted
-                    } catch {
-                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                        throw error
-                    }
+                } catch is AdvisoryLockHeld {
+                    return
                 }
                 for (store, count) in deleted { metrics.retentionDeleted(store: store, count) }
                 if deleted.values.contains(where: { $0 > 0 }) {
@@ -146,23 +139,15 @@ struct MetricRollupsAggregator: Service {
         await repeatUntilGracefulShutdown(every: interval, firstAfter: interval) {
             do {
                 let store = MetricsStore(client: client, logger: logger)
-                let applied = try await client.withConnection { connection in
-                    var locked = false
-                    for try await value in try await connection.query("SELECT pg_try_advisory_lock(\(Self.lockKey))", logger: logger).decode(Bool.self) {
-                        locked = value
+                let applied: Int
+                do {
+                    applied = try await EntitlementStore(client: client, logger: logger).withAdvisoryLock(Self.lockKey, name: "metric rollups round") {
+                        try await store.applyRollups(catalog: false)
                     }
-                    guard locked else { return nil as Int? }
-                    do {
-                        let applied = try await store.applyRollups(catalog: false)
-                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                        return applied
-                    } catch {
-                        _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                        throw error
-                    }
+                } catch is AdvisoryLockHeld {
+                    // Another worker runs this round; only it reads what is left (this one keeps its last reading).
+                    return
                 }
-                // Only the worker that ran the round reads what is left (the others keep their last reading).
-                guard let applied else { return }
                 metrics.metricRollupsApplied(applied)
                 metrics.metricRollupsPending.record(Double(try await store.rollupsPending()))
                 if applied > 0 { logger.debug("metric rollups: applied \(applied) changed subscription(s)") }
