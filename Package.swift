@@ -204,7 +204,7 @@ let package = Package(
             name: "PipelineOperations",
             dependencies: ["SharedSettings", "NotificationRecords", 
                 "AppStoreNotifications", "AppStoreServerAPI", "EntitlementEvents", "EntitlementStore", "KafkaClient",
-                "ServiceRuntime", logging,
+                "ServiceRuntime", logging, postgresNIO,
             ]
         ),
         // MARK: - Test material minted at run time
@@ -290,7 +290,7 @@ let package = Package(
         ),
         .testTarget(
             name: "EntitlementStoreTests",
-            dependencies: ["EntitlementStore", "AppStoreNotifications", "BookSeeding", "ServiceRuntime", "TestGates", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
+            dependencies: ["EntitlementStore", "AppStoreNotifications", "BookSeeding", "PipelineOperations", "ServiceRuntime", "TestGates", "TestSupport", "StoreTestSupport", "PipelineTestSupport", postgresNIO]
         ),
         .testTarget(
             name: "KafkaClientTests",

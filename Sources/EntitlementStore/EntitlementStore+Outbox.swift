@@ -51,6 +51,7 @@ extension EntitlementStore {
 
     /// Inserted in the order given (the order the changes took effect), so within a subscription the row ids
     /// follow the sequence; an event id already there (it cannot be, as the ledger admits a cause once) is kept.
+    /// The conflict names no columns: the outbox's unique keys hold the day it was written in (migration 28).
     /// `traceparents`: the trace context of each cause (by its dedupe key), kept on its events' rows.
     static func outboxStatement(_ events: [EntitlementEvent], traceparents: [String: String] = [:]) -> PostgresQuery {
         """
@@ -65,7 +66,7 @@ extension EntitlementStore {
             AS r(event_id, event_type, source, subject, event_time, sequence, environment, bundle_id, original_transaction_id, traceparent, data,
             position)
         ORDER BY r.position
-        ON CONFLICT (event_id, subject) DO NOTHING
+        ON CONFLICT DO NOTHING
         """
     }
 }

@@ -230,9 +230,10 @@ public struct EntitlementStore: Sendable {
         self.consentRescindedErases = consentRescindedErases
     }
 
-    /// Applies every migration not applied yet, under an advisory lock. Returns the versions it applied.
+    /// Applies every migration not applied yet (up to `through`, when given), under an advisory lock. Returns the
+    /// versions it applied.
     @discardableResult
-    public func migrate() async throws -> [Int] {
+    public func migrate(through: Int? = nil) async throws -> [Int] {
         try await client.withTransaction(logger: logger) { connection in
             try await connection.query("SELECT pg_advisory_xact_lock(\(Migrations.lockKey))", logger: logger)
             try await connection.query(
@@ -243,7 +244,7 @@ public struct EntitlementStore: Sendable {
                 applied.insert(version)
             }
             var newlyApplied: [Int] = []
-            for migration in Migrations.all where !applied.contains(migration.version) {
+            for migration in Migrations.all where !applied.contains(migration.version) && migration.version <= (through ?? Int.max) {
                 for statement in migration.sql {
                     try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
@@ -300,9 +301,13 @@ public struct EntitlementStore: Sendable {
         }
     }
 
-    /// The months the batch's notifications were signed in have their partitions (`TimePartitions`).
+    /// The months the batch's notifications were signed in have their partitions (`TimePartitions`), and so has
+    /// today in the outbox (its rows are filed by when the transaction wrote them; one that starts after midnight
+    /// finds no partition and is retried once after this made it).
     func ensurePartitions(for batch: [StoredNotification]) async throws {
         try await partitions.ensure(monthsOf: batch.map(\.verified.signedDate.millisecondsSince1970), client: client, logger: logger)
+        try await partitions.ensure(
+            tables: [TimePartitions.outboxTable], period: .day, instants: [Int64(Date().timeIntervalSince1970 * 1000)], client: client, logger: logger)
     }
 
     /// Bounds every statement of a transaction (`SET LOCAL`): a client that gave up at its deadline must not

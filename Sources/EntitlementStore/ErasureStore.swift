@@ -141,7 +141,12 @@ extension ErasureStore {
     /// Runs one erasure (idempotent by request id: the same request again answers its report). `emitsEvents`:
     /// whether `customer.erased` goes to the outbox (`EVENTS_ENABLED`).
     public func erase(_ request: ErasureRequest, key: ErasureKey, emitsEvents: Bool = true, statementTimeout: Duration? = .seconds(120)) async throws -> ErasureReport {
-        try await ErasureFailure.unwrapped {
+        if emitsEvents {
+            // The outbox's partition of today, outside the transaction (the attach waits for no writer).
+            try await TimePartitions().ensure(
+                tables: [TimePartitions.outboxTable], period: .day, instants: [Int64(Date().timeIntervalSince1970 * 1000)], client: client, logger: logger)
+        }
+        return try await ErasureFailure.unwrapped {
             try await client.withTransaction(logger: logger) { connection in
                 try await StatementTimeouts.apply(statementTimeout, on: connection, logger: logger)
                 // Resolved once before the lock (indexed reads; it also warms what the locked pass reads), so the
@@ -233,6 +238,11 @@ extension ErasureStore {
         let events = Array(eventIds)
         let tables: [(String, String)] = [
             ("webhook_deliveries", "DELETE FROM webhook_deliveries WHERE event_id = ANY($1::text[]) OR subject = ANY($2::text[]) RETURNING 1"),
+            // No foreign key deletes the attempts with their deliveries (migration 28): the same deliveries, by this statement's snapshot.
+            ("webhook_attempts", """
+                DELETE FROM webhook_attempts a WHERE a.subject = ANY($2::text[]) OR (a.delivery_id, a.subject) IN (
+                    SELECT id, subject FROM webhook_deliveries WHERE event_id = ANY($1::text[])) RETURNING 1
+                """),
             ("entitlement_events_outbox", "DELETE FROM entitlement_events_outbox WHERE event_id = ANY($1::text[]) RETURNING 1"),
             ("notification_deliveries", "DELETE FROM notification_deliveries WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),
             ("notification_archive", "DELETE FROM notification_archive WHERE notification_uuid = ANY($3::text[]) RETURNING 1"),

@@ -519,5 +519,6 @@ public enum Migrations {
         deadLetterClaims,
         tokenStatistics,
         metricRollups,
+        eventPartitions,
     ]
 }

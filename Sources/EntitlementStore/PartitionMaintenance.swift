@@ -28,12 +28,16 @@ public struct PartitionMaintenance: Sendable {
         public var detachPending: Bool
     }
 
-    /// Creates the partitions of this month and the next `months` months (UTC) of every notification table, so
-    /// the usual batch finds its partition made (`TimePartitions` creates any other month on demand).
+    /// Creates the partitions of this month and the next `months` months (UTC) of every notification table and
+    /// webhook table, and of today and the next `months` days of the outbox, so the usual batch finds its
+    /// partition made (`TimePartitions` creates any other on demand).
     public func createComing(months: Int = 2, now: Date = Date()) async throws {
         let first = Date(timeIntervalSince1970: Double(TimePartitions.monthStart(ofMilliseconds: Int64(now.timeIntervalSince1970 * 1000))) / 1000)
         let instants = (0...months).map { Int64(TimePartitions.utcCalendar.date(byAdding: .month, value: $0, to: first)!.timeIntervalSince1970 * 1000) }
-        try await TimePartitions().ensure(monthsOf: instants, client: client, logger: logger)
+        let partitions = TimePartitions()
+        try await partitions.ensure(tables: TimePartitions.notificationTables + TimePartitions.webhookTables, monthsOf: instants, client: client, logger: logger)
+        let days = (0...months).map { Int64(now.addingTimeInterval(Double($0) * 86_400).timeIntervalSince1970 * 1000) }
+        try await partitions.ensure(tables: [TimePartitions.outboxTable], period: .day, instants: days, client: client, logger: logger)
     }
 
     /// The partitions of `parent`, oldest first.
@@ -125,5 +129,5 @@ public struct PartitionMaintenance: Sendable {
         return state
     }
 
-    static func quoted(_ identifier: String) -> String { "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    public static func quoted(_ identifier: String) -> String { "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
 }

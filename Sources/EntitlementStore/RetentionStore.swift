@@ -97,14 +97,33 @@ public struct RetentionStore: Sendable {
             ("entitlement_events_outbox", "published_at", " AND published_at IS NOT NULL", true, policy.publishedEvents),
             ("offer_signatures", "issued_at", " AND redeemed_transaction_id IS NULL", false, days(policy.offerSignatureDays)),
         ]
+        // The outbox's days (migration 28) whose every event was published before the cutoff go whole first.
+        if let limit = policy.publishedEvents, !dryRun {
+            deleted["entitlement_events_outbox"] = try await dropFinishedPartitions(
+                of: "entitlement_events_outbox", before: cutoff(limit),
+                unfinished: "published_at IS NULL OR published_at >= $1")
+        }
         for entry in tables {
             guard let limit = entry.limit else { continue }
-            deleted[entry.table] = try await pruneRows(
+            deleted[entry.table, default: 0] += try await pruneRows(
                 of: entry.table, olderThan: cutoff(limit), by: entry.column, filter: entry.filter, ordered: entry.ordered, dryRun: dryRun)
         }
         // Finished webhook deliveries, whose attempts go with them (ON DELETE CASCADE; counted before they go).
         if let limit = policy.webhookDeliveries {
             let before = cutoff(limit)
+            if !dryRun {
+                // Months of attempts and deliveries (by the event's time) whose every delivery finished before the cutoff.
+                let months = try await finishedPartitions(of: "webhook_deliveries", before: before, unfinished: "status = 'pending' OR finished_at >= $1")
+                let maintenance = PartitionMaintenance(client: client, logger: logger)
+                for month in months {
+                    for attempts in try await maintenance.partitions(of: "webhook_attempts") where attempts.lowerBound == month.lowerBound {
+                        deleted["webhook_attempts", default: 0] += try await maintenance.rowCount(of: attempts)
+                        try await maintenance.drop(attempts)
+                    }
+                    deleted["webhook_deliveries", default: 0] += try await maintenance.rowCount(of: month)
+                    try await maintenance.drop(month)
+                }
+            }
             if dryRun {
                 deleted["webhook_deliveries"] = try await count(
                     "SELECT count(*) FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before)")
@@ -118,12 +137,13 @@ public struct RetentionStore: Sendable {
                     """
                     WITH old AS (
                         SELECT id FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < \(before) ORDER BY finished_at LIMIT \(batchSize)
-                    ), attempts AS (
-                        SELECT count(*) AS n FROM webhook_attempts WHERE delivery_id IN (SELECT id FROM old)
                     ), gone AS (
-                        DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM old) RETURNING 1
+                        DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM old) RETURNING id, subject, event_time
+                    ), attempts AS (
+                        DELETE FROM webhook_attempts a USING gone WHERE a.delivery_id = gone.id AND a.subject = gone.subject AND a.event_time = gone.event_time
+                        RETURNING 1
                     )
-                    SELECT (SELECT count(*) FROM gone)::bigint, (SELECT n FROM attempts)::bigint
+                    SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM attempts)::bigint
                     """
                 }
             }
@@ -161,6 +181,31 @@ public struct RetentionStore: Sendable {
             SELECT (SELECT count(*) FROM gone)::bigint, (SELECT count(*) FROM deliveries)::bigint
             """
         }
+    }
+
+    /// The partitions of `parent` that end by `before` and hold no row matching `unfinished` (SQL of this file;
+    /// `$1` is the cutoff): what retention may drop whole.
+    func finishedPartitions(of parent: String, before: Date, unfinished: String) async throws -> [PartitionMaintenance.Partition] {
+        var finished: [PartitionMaintenance.Partition] = []
+        for partition in try await PartitionMaintenance(client: client, logger: logger).partitions(of: parent, endingBy: before) {
+            var binds = PostgresBindings()
+            binds.append(before)
+            let open = try await count(PostgresQuery(
+                unsafeSQL: "SELECT count(*) FROM (SELECT 1 FROM \(PartitionMaintenance.quoted(partition.name)) WHERE \(unfinished) LIMIT 1) x", binds: binds))
+            if open == 0 { finished.append(partition) }
+        }
+        return finished
+    }
+
+    /// Drops the partitions `finishedPartitions` finds; answers the rows they held.
+    func dropFinishedPartitions(of parent: String, before: Date, unfinished: String) async throws -> Int {
+        let maintenance = PartitionMaintenance(client: client, logger: logger)
+        var rows = 0
+        for partition in try await finishedPartitions(of: parent, before: before, unfinished: unfinished) {
+            rows += try await maintenance.rowCount(of: partition)
+            try await maintenance.drop(partition)
+        }
+        return rows
     }
 
     func count(_ query: PostgresQuery) async throws -> Int {

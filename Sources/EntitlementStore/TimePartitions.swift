@@ -14,7 +14,7 @@ public final class TimePartitions: Sendable {
     /// The tables partitioned by month of the notification's `signedDate`.
     public static let notificationTables = ["notification_ledger", "notification_archive", "notification_deliveries"]
 
-    /// `table` and the month's first instant, in ms since 1970 (UTC).
+    /// `table` and the month's (or day's) first instant, in ms since 1970 (UTC).
     private struct Month: Hashable, Comparable {
         var table: String
         var start: Int64
@@ -33,29 +33,66 @@ public final class TimePartitions: Sendable {
     }()
 
     static func monthStart(ofMilliseconds milliseconds: Int64) -> Int64 {
+        periodStart(.month, ofMilliseconds: milliseconds)
+    }
+
+    /// The first instant (ms, UTC) of the calendar month or day holding `milliseconds`.
+    static func periodStart(_ period: Period, ofMilliseconds milliseconds: Int64) -> Int64 {
         let calendar = utcCalendar
         let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
-        let start = calendar.date(from: calendar.dateComponents([.year, .month], from: date))!
+        let components: Set<Calendar.Component> = period == .month ? [.year, .month] : [.year, .month, .day]
+        let start = calendar.date(from: calendar.dateComponents(components, from: date))!
         return Int64((start.timeIntervalSince1970 * 1000).rounded())
     }
 
+    /// How long one partition of a table is.
+    public enum Period: String, Sendable {
+        case month, day
+    }
+
+    /// The outbox by day of `created_at` (migration 28).
+    public static let outboxTable = "entitlement_events_outbox"
+    /// The webhook deliveries and their attempts, by month of the event's time (migration 28).
+    public static let webhookTables = ["webhook_deliveries", "webhook_attempts"]
+
     /// Makes sure each of `tables` has the partitions of the months of `instants` (ms since 1970).
     public func ensure(tables: [String] = notificationTables, monthsOf instants: [Int64], client: PostgresClient, logger: Logger) async throws {
-        let months = Set(instants.map(Self.monthStart(ofMilliseconds:)))
-        let wanted = tables.flatMap { table in months.map { Month(table: table, start: $0) } }
+        try await ensure(tables: tables, period: .month, instants: instants, client: client, logger: logger)
+    }
+
+    /// Makes sure each of `tables` has the partitions (of `period`) holding `instants` (ms since 1970). A period
+    /// another partition already holds (the outbox's partition of the days before migration 28) is left to it.
+    public func ensure(tables: [String], period: Period, instants: [Int64], client: PostgresClient, logger: Logger) async throws {
+        let starts = Set(instants.map { Self.periodStart(period, ofMilliseconds: $0) })
+        let wanted = tables.flatMap { table in starts.map { Month(table: table, start: $0) } }
         let missing = known.withLock { known in wanted.filter { !known.contains($0) } }.sorted()
         guard !missing.isEmpty else { return }
         try await client.withConnection { connection in
-            for month in missing {
+            var unpartitioned: Set<String> = []
+            for table in Set(missing.map(\.table)) where !Self.notificationTables.contains(table) {
+                // The outbox and the webhook tables are partitioned from migration 28 on; before it (a database
+                // `pipelinectl migrate online` is preparing, or a book seeded at an earlier version) there is nothing to make.
+                for try await partitioned in try await connection.query(
+                    "SELECT coalesce((SELECT relkind = 'p' FROM pg_class WHERE oid = to_regclass(\(table))), false)", logger: logger
+                ).decode(Bool.self) where !partitioned { unpartitioned.insert(table) }
+            }
+            for month in missing where !unpartitioned.contains(month.table) {
+                // The notification tables' months as migration 21 made them; the others may have a partition of
+                // several days (the outbox's days before migration 28), which `ensure_time_partition_for` leaves be.
+                let function = Self.notificationTables.contains(month.table) ? "ensure_time_partition" : "ensure_time_partition_for"
+                var binds = PostgresBindings()
+                binds.append(month.table)
+                binds.append(period.rawValue)
+                binds.append(Double(month.start) / 1000)
                 try await connection.query(
-                    "SELECT ensure_time_partition(\(month.table)::regclass, 'month', to_timestamp(\(month.start) / 1000.0))", logger: logger)
+                    PostgresQuery(unsafeSQL: "SELECT \(function)($1::regclass, $2, to_timestamp($3))", binds: binds), logger: logger)
             }
         }
         known.withLock { known in known.formUnion(missing) }
     }
 
     /// PostgreSQL's "no partition of relation … found for row" (SQLSTATE 23514), also inside a transaction's error.
-    static func isMissingPartition(_ error: any Error) -> Bool {
+    public static func isMissingPartition(_ error: any Error) -> Bool {
         if let error = error as? PostgresTransactionError, let inner = error.closureError { return isMissingPartition(inner) }
         guard let error = error as? PSQLError, let info = error.serverInfo else { return false }
         return info[.sqlState] == "23514" && (info[.message] ?? "").hasPrefix("no partition")

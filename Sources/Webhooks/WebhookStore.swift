@@ -150,6 +150,8 @@ package struct WebhookStore: Sendable {
     /// their outbox row was pruned before the erasure (so `erased_events` never learnt their ids) and a replay or a
     /// rewind of the events topic reads them again. Required once erasures exist (`ErasureFailure.keyMissing`).
     package let erasureKey: ErasureKey?
+    /// The months of the deliveries' and attempts' partitions this store has seen exist (by the event's time).
+    let partitions = TimePartitions()
 
     package init(client: PostgresClient, logger: Logger, erasureKey: ErasureKey? = nil) {
         self.client = client
@@ -225,7 +227,15 @@ package struct WebhookStore: Sendable {
 
     /// Removes an endpoint with its deliveries and their attempts.
     package func removeEndpoint(id: String) async throws -> Bool {
-        let rows = try await client.query("DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING id", logger: logger)
+        // The deliveries go by the endpoint's foreign key; their attempts have none (migration 28), so they go first.
+        let rows = try await client.query(
+            """
+            WITH attempts AS (
+                DELETE FROM webhook_attempts a USING webhook_deliveries d
+                WHERE d.endpoint_id = \(id) AND a.delivery_id = d.id AND a.subject = d.subject AND a.event_time = d.event_time
+            )
+            DELETE FROM webhook_endpoints WHERE id = \(id) RETURNING id
+            """, logger: logger)
         for try await _ in rows.decode(String.self) { return true }
         return false
     }
@@ -250,6 +260,20 @@ package struct WebhookStore: Sendable {
         }
         guard !rows.isEmpty else { return 0 }
         let payload = JSONValue.array(rows).serialized
+        // The months of the events' times in both tables (migration 28), outside the transaction; a month
+        // retention dropped since this store saw it is made again and the insert tried once more.
+        let months = events.map { Int64($0.time.timeIntervalSince1970 * 1000) }
+        try await partitions.ensure(tables: TimePartitions.webhookTables, period: .month, instants: months, client: client, logger: logger)
+        do {
+            return try await insertDeliveries(rows: rows, payload: payload, events: events)
+        } catch where TimePartitions.isMissingPartition(error) {
+            partitions.forget()
+            try await partitions.ensure(tables: TimePartitions.webhookTables, period: .month, instants: months, client: client, logger: logger)
+            return try await insertDeliveries(rows: rows, payload: payload, events: events)
+        }
+    }
+
+    func insertDeliveries(rows: [JSONValue], payload: String, events: [WebhookEvent]) async throws -> Int {
         // An event of an erased customer read from the topic after the erasure makes no delivery (`erased_events`);
         // the erasure lock shared makes "after" exact: an erasure running now waits for this insert, then deletes it.
         return try await client.withTransaction(logger: logger) { connection in
@@ -277,7 +301,7 @@ package struct WebhookStore: Sendable {
                 FROM jsonb_to_recordset(\(kept)::jsonb) AS r(endpoint_id text, event_id text, event_type text, subject text, event_time bigint,
                     kafka_partition int, kafka_offset bigint, body text, traceparent text)
                 WHERE NOT EXISTS (SELECT 1 FROM erased_events e WHERE e.event_id = r.event_id)
-                ON CONFLICT (endpoint_id, event_id, subject) DO NOTHING
+                ON CONFLICT DO NOTHING
                 RETURNING id
                 """,
                 logger: logger)
@@ -369,16 +393,17 @@ package struct WebhookStore: Sendable {
                     last_status = \(attempt.status), last_error = \(error), last_latency_ms = \(attempt.latencyMilliseconds), response_excerpt = \(excerpt),
                     finished_at = CASE WHEN \(status) = 'pending' THEN NULL ELSE now() END
                 WHERE id = \(delivery.id) AND lease_token = \(delivery.leaseToken) AND status = 'pending'
-                RETURNING subject
+                RETURNING subject, event_time
                 """,
                 logger: logger)
-            var subject: String?
-            for try await moved in moved.decode(String.self) { subject = moved }
-            guard let subject else { return false }
+            var delivered: (subject: String, eventTime: Date)?
+            for try await (subject, eventTime) in moved.decode((String, Date).self) { delivered = (subject, eventTime) }
+            guard let (subject, eventTime) = delivered else { return false }
+            // In the delivery's month (its event's time), which its insert made.
             try await connection.query(
                 """
-                INSERT INTO webhook_attempts (delivery_id, subject, status, latency_ms, error, response_excerpt, trace_id)
-                VALUES (\(delivery.id), \(subject), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt), \(attempt.traceId))
+                INSERT INTO webhook_attempts (delivery_id, subject, event_time, status, latency_ms, error, response_excerpt, trace_id)
+                VALUES (\(delivery.id), \(subject), \(eventTime), \(attempt.status), \(attempt.latencyMilliseconds), \(error), \(excerpt), \(attempt.traceId))
                 """,
                 logger: logger)
             switch outcome {
@@ -470,7 +495,15 @@ package struct WebhookStore: Sendable {
     /// Deletes finished deliveries (and their attempts) older than `retention`. Returns how many.
     package func prune(olderThan retention: Duration) async throws -> Int {
         let rows = try await client.query(
-            "DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < now() - make_interval(secs => \(Double(retention.components.seconds))) RETURNING id",
+            """
+            WITH gone AS (
+                DELETE FROM webhook_deliveries WHERE status <> 'pending' AND finished_at < now() - make_interval(secs => \(Double(retention.components.seconds)))
+                RETURNING id, subject, event_time
+            ), attempts AS (
+                DELETE FROM webhook_attempts a USING gone WHERE a.delivery_id = gone.id AND a.subject = gone.subject AND a.event_time = gone.event_time
+            )
+            SELECT id FROM gone
+            """,
             logger: logger)
         var count = 0
         for try await _ in rows.decode(Int64.self) { count += 1 }

@@ -63,6 +63,12 @@ struct ErasureStoreTests: MintedSuite {
                 INSERT INTO webhook_endpoints (id, url, description, bundle_ids, environment, event_types, allow_http, secret, enabled)
                 VALUES ('we_1', 'https://example.invalid/hook', 'test', '{}', NULL, '{}', false, 'whsec_test', true)
                 """, logger: Self.logger)
+            // The months of the events' times, as the webhooks service makes them before it enqueues (migration 28).
+            try await client.query(
+                """
+                SELECT ensure_time_partition_for(t, 'month', m) FROM unnest('{webhook_deliveries,webhook_attempts}'::regclass[]) AS t,
+                    (SELECT DISTINCT event_time AS m FROM entitlement_events_outbox) x
+                """, logger: Self.logger)
             try await client.query(
                 """
                 INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, status)
@@ -70,8 +76,8 @@ struct ErasureStoreTests: MintedSuite {
                 """, logger: Self.logger)
             try await client.query(
                 """
-                INSERT INTO webhook_attempts (delivery_id, subject, status, latency_ms, response_excerpt)
-                SELECT id, subject, 200, 5, 'ok ' || subject FROM webhook_deliveries
+                INSERT INTO webhook_attempts (delivery_id, subject, event_time, status, latency_ms, response_excerpt)
+                SELECT id, subject, event_time, 200, 5, 'ok ' || subject FROM webhook_deliveries
                 """, logger: Self.logger)
             var letter = DeadLetteredRecord(
                 position: RecordPosition(topic: "t", partition: 1, offset: 1), errorCode: "signatureInvalid", reason: "test",
@@ -282,11 +288,13 @@ struct ErasureStoreTests: MintedSuite {
                         INSERT INTO webhook_deliveries (endpoint_id, event_id, event_type, subject, event_time, kafka_partition, kafka_offset, body, status,
                             created_at, finished_at)
                         VALUES ('we_1', 'ev_\(index)', 'subscription.renewed', '1000', now(), 0, \(index), '{}', '\(status)', now() - interval '\(age)', \(finished))
-                        RETURNING id, subject)
-                    INSERT INTO webhook_attempts (delivery_id, subject, latency_ms) SELECT id, subject, 5 FROM d CROSS JOIN generate_series(1, 2)
+                        RETURNING id, subject, event_time)
+                    INSERT INTO webhook_attempts (delivery_id, subject, event_time, latency_ms) SELECT id, subject, event_time, 5 FROM d CROSS JOIN generate_series(1, 2)
                     """), logger: Self.logger)
             }
-            // Three published events aged 10 days, one published today, one never published (aged 10 days).
+            // Three published events aged 10 days, one published today, one never published (aged 10 days), in
+            // the outbox's partition of that day (migration 28; a worker writes only today's).
+            try await client.query("SELECT ensure_time_partition_for('entitlement_events_outbox', 'day', now() - interval '10 days')", logger: Self.logger)
             for (index, published) in [(0, "now() - interval '10 days'"), (1, "now() - interval '10 days'"), (2, "now() - interval '10 days'"),
                                        (3, "now()"), (4, "NULL")] {
                 try await client.query(PostgresQuery(unsafeSQL: """

@@ -17,6 +17,7 @@ import TestSupport
 /// lifecycles minted, signed and stored). Prints the time of each step, the rows and the bytes of each table.
 ///
 /// Usage: seed-book POSTGRES_URL [SUBSCRIPTIONS=100000] [WRITERS=2] [DATABASE] [TEMPLATES=20000]
+/// (`SEED_SCHEMA_VERSION=N`: migrate the new database only up to version N.)
 @main
 struct SeedBook {
     static func main() async throws {
@@ -47,7 +48,8 @@ struct SeedBook {
             for try await _ in try await admin.query("SELECT 1 FROM pg_database WHERE datname = \(database)", logger: logger).decode(Int.self) { exists = true }
             if !exists { try await admin.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(database)"), logger: logger) }
             let store = EntitlementStore(client: client, logger: logger)
-            _ = try await store.migrate()
+            // SEED_SCHEMA_VERSION: a book at an earlier schema version (for `pipelinectl migrate online`'s benchmark).
+            _ = try await store.migrate(through: ProcessInfo.processInfo.environment["SEED_SCHEMA_VERSION"].flatMap { Int($0) })
             var existing = 0
             for try await count in try await client.query("SELECT count(*)::int FROM entitlements", logger: logger).decode(Int.self) { existing = count }
             guard existing == 0 else {
