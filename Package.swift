@@ -34,7 +34,7 @@ let package = Package(
     // path dependency on this one) and other tools, the API client, two services and the test material.
     products: [
         "AppStoreNotifications", "KafkaClient", "EntitlementStore", "EntitlementEvents", "AppStoreServerAPI", "AppStoreServerAPIModels",
-        "CustomerAPI", "Console", "SubscriptionMetrics", "TestSupport", "TestSigning", "BookSeeding",
+        "CustomerAPI", "Console", "SubscriptionMetrics", "PipelineOperations", "TestSupport", "TestSigning", "BookSeeding",
     ].map { Product.library(name: $0, targets: [$0]) } + [
         .executable(name: "pipelinectl", targets: ["pipelinectl"]),
         .executable(name: "ingest", targets: ["ingest"]),

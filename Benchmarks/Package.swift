@@ -28,7 +28,7 @@ let programs: [(String, [Target.Dependency])] = [
     ("erasure-bench", pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
     ("console-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "Console", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging),
     ("partition-drop-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "EntitlementStore", "TestSupport") + postgresAndLogging),
-    ("online-migration-bench", ["BenchSupport"] + pipeline("EntitlementStore", "PipelineOperations") + postgresAndLogging),
+    ("online-migration-bench", ["BenchSupport"] + pipeline("EntitlementStore", "PipelineOperations", "TestSupport") + postgresAndLogging),
     ("customer-api-bench", ["BenchSupport"] + pipeline("AppStoreNotifications", "CustomerAPI", "EntitlementStore", "KafkaClient", "TestSupport") + postgresAndLogging + [.product(name: "Crypto", package: "swift-crypto")]),
 ]
 

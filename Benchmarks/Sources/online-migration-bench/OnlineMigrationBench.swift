@@ -1,4 +1,6 @@
 import BenchSupport
+import PipelineOperations
+import TestSupport
 import EntitlementStore
 import Foundation
 import Logging
@@ -21,7 +23,7 @@ struct OnlineMigrationBench {
         var configuration = try PostgresClient.Configuration(url: arguments[1])
         if let book = ProcessInfo.processInfo.environment["BENCH_DATABASE"], !book.isEmpty { configuration.database = book }
         configuration.options.maximumConnections = 6
-        let rows = arguments.int(2, default: 1_000_000)
+        let rows = Int64(arguments.int(2, default: 1_000_000))
         let rate = arguments.int(3, default: 100)
         let batch = arguments.int(4, default: 10_000)
         var logger = Logger(label: "online-migration-bench")
