@@ -32,24 +32,39 @@ public struct RepartitionedTable: Sendable {
     /// The twin's partitions for the old table's rows with `id` above `after` (an SQL expression): the months
     /// they fall in, or for the day-partitioned outbox one partition for all days before today (an outbox holds
     /// days to months of rows; a partition per day of them would only be dropped again) and today's. With the
-    /// coming two periods.
+    /// coming two periods. After an online copy (a progress row) the outbox's earlier days are not read again: the
+    /// swap runs this under its lock.
     public var partitionsForRows: [String] {
         if period == "day" {
             return ["""
                 SELECT ensure_partition_range('\(twin)', '\(twin)_until_' || to_char(today, 'YYYY_MM_DD'), earliest, today)
                 FROM (SELECT date_trunc('day', min(created_at) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS earliest,
-                    date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS today FROM \(table)) x
-                WHERE earliest < today AND NOT EXISTS (SELECT 1 FROM online_repartition_progress p WHERE p.table_name = '\(table)')
+                    date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS today FROM \(table)
+                    WHERE NOT EXISTS (SELECT 1 FROM online_repartition_progress p WHERE p.table_name = '\(table)')) x
+                WHERE earliest < today
                 """,
                 "SELECT ensure_time_partition_for('\(twin)', 'day', now() + d * interval '1 day') FROM generate_series(0, 2) AS d",
             ]
         }
-        return ["""
+        return [afterCopied("""
             SELECT ensure_time_partition_for('\(twin)', 'month', m)
-            FROM (SELECT DISTINCT date_trunc('month', \(partitionSource) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS m FROM \(sourceFrom)
-                WHERE s.id > coalesce((SELECT copied_through FROM online_repartition_progress WHERE table_name = '\(table)'), 0)
+            FROM (SELECT DISTINCT date_trunc('month', \(partitionSource) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS m FROM \(sourceFrom) WHERE s.id > %s
                 UNION SELECT date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + k * interval '1 month' FROM generate_series(0, 2) AS k) x
-            """]
+            """)]
+    }
+
+    /// `statement` run for the old table's rows above what the online copy got through (0 when it did not run):
+    /// `%s` is that id, written into the statement as a constant, so the planner reads the few rows above it by
+    /// the primary key under the swap's lock instead of estimating a third of the table and scanning it all.
+    func afterCopied(_ statement: String) -> String {
+        """
+        DO $migration$
+        BEGIN
+            EXECUTE format($statement$\(statement)$statement$,
+                coalesce((SELECT copied_through FROM online_repartition_progress WHERE table_name = '\(table)'), 0));
+        END
+        $migration$
+        """
     }
 
     /// The old table's rows as the copy reads them (`s`; the attempts with their delivery's `event_time`).
@@ -76,12 +91,11 @@ public struct RepartitionedTable: Sendable {
 
     /// What the copy in batches left: every row above the copied id (all of them when nothing was copied online).
     public var copyRest: String {
-        """
-        INSERT INTO \(twin) (\(columnList))
-        SELECT \(values(of: "s")) FROM \(sourceFrom)
-        WHERE s.id > coalesce((SELECT copied_through FROM online_repartition_progress WHERE table_name = '\(table)'), 0)
-        ON CONFLICT DO NOTHING
-        """
+        afterCopied("""
+            INSERT INTO \(twin) (\(columnList))
+            SELECT \(values(of: "s")) FROM \(sourceFrom) WHERE s.id > %s
+            ON CONFLICT DO NOTHING
+            """)
     }
 
     /// The trigger function that mirrors each write to the old table into the twin while the copy runs: an insert

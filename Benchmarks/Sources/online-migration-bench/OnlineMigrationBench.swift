@@ -67,11 +67,12 @@ struct OnlineMigrationBench {
                 SELECT 'bench', event_id, event_type, subject, event_time, 0, id, data, 'delivered', 1, 200, published_at + interval '1 second', published_at
                 FROM entitlement_events_outbox ORDER BY id LIMIT \(rows - deliveries)
                 """)
+        }
+        if try await count("SELECT count(*) FROM webhook_attempts") == 0 {
             try await run(
                 """
                 INSERT INTO webhook_attempts (delivery_id, subject, attempted_at, status, latency_ms, response_excerpt)
-                SELECT id, subject, finished_at, 200, 40, 'ok' FROM webhook_deliveries d
-                WHERE NOT EXISTS (SELECT 1 FROM webhook_attempts a WHERE a.delivery_id = d.id)
+                SELECT id, subject, finished_at, 200, 40, 'ok' FROM webhook_deliveries
                 """)
         }
         try await run("VACUUM ANALYZE entitlement_events_outbox, webhook_deliveries, webhook_attempts")
