@@ -18,7 +18,7 @@ struct MigrateOnlineCommandTests {
         let through = try await runPipelinectl(["migrate", "--through", "27"], postgresURL: database)
         #expect(through.status == 0 && through.output.contains("applied 27") && !through.output.contains("applied 28"), "\(through.output)")
 
-        try await FreshDatabase.withClient(database) { client in
+        _ = try await FreshDatabase.withClient(database) { client in
             try await client.query(
                 """
                 INSERT INTO entitlement_events_outbox (event_id, event_type, source, subject, event_time, environment, bundle_id, data, created_at, published_at)
