@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -31,8 +32,48 @@ public enum TestServices {
         "\(prefix)-\(UInt32.random(in: 0...UInt32.max))-\(getpid())"
     }
 
-    /// A TCP port on 127.0.0.1 that was free a moment ago.
+    /// A TCP port on 127.0.0.1 that was free a moment ago, for a service a test starts.
+    ///
+    /// Taken below the kernel's ephemeral range (`ip_local_port_range`), never handed out twice by this process: a
+    /// port the kernel picked for a bind to port 0 and that was released comes from that range, and the kernel may
+    /// give it to any outgoing connection (a client of PostgreSQL or the broker) as its source port before the
+    /// service binds it. That race stopped a worker with "Address already in use" in a CI run.
     public static func freePort() -> Int {
+        let ephemeralStart = ephemeralPortRange().lowerBound
+        for _ in 0..<2_000 {
+            let port = Int.random(in: 10_000..<max(10_001, ephemeralStart))
+            let fresh = handedOut.withLock { ports in ports.insert(port).inserted }
+            if fresh, canBind(port) { return port }
+        }
+        return kernelChosenPort()
+    }
+
+    /// Ports `freePort` gave out in this process.
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// `/proc/sys/net/ipv4/ip_local_port_range`, Linux's default where it cannot be read.
+    static func ephemeralPortRange() -> ClosedRange<Int> {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        let bounds = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int($0) }
+        guard bounds.count == 2, bounds[0] <= bounds[1], bounds[0] > 10_001 else { return 32_768...60_999 }
+        return bounds[0]...bounds[1]
+    }
+
+    /// Whether a socket can bind 127.0.0.1:`port` now.
+    static func canBind(_ port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    /// A port the kernel picks (from the ephemeral range): the fallback when no port below it was free.
+    static func kernelChosenPort() -> Int {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(descriptor) }
         var address = sockaddr_in()
