@@ -61,45 +61,35 @@ public enum TestServices {
 
     /// Whether a socket can bind 127.0.0.1:`port` now.
     static func canBind(_ port: Int) -> Bool {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
+        withLoopbackSocket(port: port) { descriptor, address, length in bind(descriptor, address, length.pointee) == 0 }
     }
 
     /// A port the kernel picks (from the ephemeral range): the fallback when no port below it was free.
     static func kernelChosenPort() -> Int {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> Int32 in
-                guard bind(descriptor, pointer, length) == 0 else { return -1 }
-                return getsockname(descriptor, pointer, &length)
-            }
+        withLoopbackSocket(port: 0) { descriptor, address, length in
+            guard bind(descriptor, address, length.pointee) == 0, getsockname(descriptor, address, length) == 0 else { return 0 }
+            return address.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
         }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// True once something accepts TCP connections on 127.0.0.1:`port`.
     public static func isListening(port: Int) -> Bool {
+        withLoopbackSocket(port: port) { descriptor, address, length in connect(descriptor, address, length.pointee) == 0 }
+    }
+
+    /// A new TCP socket and the address 127.0.0.1:`port` with its length, for `body`; the socket is closed after.
+    static func withLoopbackSocket<T>(
+        port: Int, _ body: (_ descriptor: Int32, _ address: UnsafeMutablePointer<sockaddr>, _ length: UnsafeMutablePointer<socklen_t>) -> T
+    ) -> T {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(descriptor) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         address.sin_port = in_port_t(UInt16(port).bigEndian)
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafeMutablePointer(to: &length) { length in
+            withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body(descriptor, $0, length) } }
         }
     }
 }
