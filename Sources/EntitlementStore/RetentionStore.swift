@@ -115,8 +115,9 @@ public struct RetentionStore: Sendable {
                 // Months of attempts and deliveries (by the event's time) whose every delivery finished before the cutoff.
                 let months = try await finishedPartitions(of: "webhook_deliveries", before: before, unfinished: "status = 'pending' OR finished_at >= $1")
                 let maintenance = PartitionMaintenance(client: client, logger: logger)
+                let attemptMonths = months.isEmpty ? [] : try await maintenance.partitions(of: "webhook_attempts")
                 for month in months {
-                    for attempts in try await maintenance.partitions(of: "webhook_attempts") where attempts.lowerBound == month.lowerBound {
+                    for attempts in attemptMonths where attempts.lowerBound == month.lowerBound {
                         deleted["webhook_attempts", default: 0] += try await maintenance.rowCount(of: attempts)
                         try await maintenance.drop(attempts)
                     }
